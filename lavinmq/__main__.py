@@ -1,0 +1,3 @@
+from lavinmq.cli import main
+
+raise SystemExit(main())

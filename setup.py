@@ -1,0 +1,33 @@
+"""Build the Cython extensions in lavinmq/_core. Cython is required: the hot
+path has no pure-Python fallback, so a missing Cython must fail the build."""
+import os
+import sys
+
+from setuptools import Extension, setup
+
+try:
+    from Cython.Build import cythonize
+except ImportError:  # pragma: no cover - build-time guard
+    sys.exit("lavinmq needs Cython to build its _core extensions: pip install cython")
+
+DEBUG = os.environ.get("LAVINMQ_DEBUG") == "1"
+MODULES = ["buffer", "codec", "segment", "queue", "routing", "channel", "connection"]
+
+extensions = [
+    Extension(
+        f"lavinmq._core.{name}",
+        [f"lavinmq/_core/{name}.pyx"],
+        extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"],
+        define_macros=[("LAVINMQ_DEBUG", "1")] if DEBUG else [],
+    )
+    for name in MODULES
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compile_time_env={"DEBUG": DEBUG},
+        compiler_directives={"embedsignature": True},
+    ),
+)
