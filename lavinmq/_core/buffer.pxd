@@ -1,0 +1,96 @@
+# Byte buffers for the wire: a growable WriteBuffer that frames are built in
+# (lengths back-patched), and inline big/little-endian readers over raw memory.
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+
+
+cdef class WriteBuffer:
+    cdef:
+        char *buf
+        Py_ssize_t len
+        Py_ssize_t cap
+        Py_ssize_t frame_start   # where the open frame's header begins
+
+    cdef int reserve(self, Py_ssize_t extra) except -1
+    cdef inline int write_u8(self, uint8_t v) except -1
+    cdef inline int write_u16(self, uint16_t v) except -1
+    cdef inline int write_u32(self, uint32_t v) except -1
+    cdef inline int write_u64(self, uint64_t v) except -1
+    cdef int write_raw(self, const char *data, Py_ssize_t n) except -1
+    cdef int write_bytes(self, bytes data) except -1
+    cdef int write_shortstr(self, const char *data, Py_ssize_t n) except -1
+    cdef int write_shortstr_obj(self, object s) except -1
+    cdef int write_longstr_obj(self, object s) except -1
+    cdef int start_frame(self, uint8_t frame_type, uint16_t channel) except -1
+    cdef int end_frame(self) except -1
+    cdef int start_method(self, uint16_t channel, uint16_t class_id, uint16_t method_id) except -1
+    cdef bytes take(self)
+    cdef void clear(self)
+
+
+# -- raw readers; the caller has checked the bounds ---------------------------
+
+cdef inline uint16_t be16(const char *p) noexcept nogil:
+    cdef const uint8_t *u = <const uint8_t *>p
+    return (<uint16_t>u[0] << 8) | u[1]
+
+cdef inline uint32_t be32(const char *p) noexcept nogil:
+    cdef const uint8_t *u = <const uint8_t *>p
+    return (<uint32_t>u[0] << 24) | (<uint32_t>u[1] << 16) | (<uint32_t>u[2] << 8) | u[3]
+
+cdef inline uint64_t be64(const char *p) noexcept nogil:
+    return (<uint64_t>be32(p) << 32) | be32(p + 4)
+
+cdef inline uint32_t le32(const char *p) noexcept nogil:
+    cdef uint32_t v
+    memcpy(&v, p, 4)       # x86-64 and aarch64 are little-endian
+    return v
+
+cdef inline uint64_t le64(const char *p) noexcept nogil:
+    cdef uint64_t v
+    memcpy(&v, p, 8)
+    return v
+
+cdef inline uint16_t le16(const char *p) noexcept nogil:
+    cdef uint16_t v
+    memcpy(&v, p, 2)
+    return v
+
+cdef inline void put_be16(char *p, uint16_t v) noexcept nogil:
+    p[0] = <char>(v >> 8)
+    p[1] = <char>v
+
+cdef inline void put_be32(char *p, uint32_t v) noexcept nogil:
+    p[0] = <char>(v >> 24)
+    p[1] = <char>(v >> 16)
+    p[2] = <char>(v >> 8)
+    p[3] = <char>v
+
+cdef inline void put_be64(char *p, uint64_t v) noexcept nogil:
+    put_be32(p, <uint32_t>(v >> 32))
+    put_be32(p + 4, <uint32_t>v)
+
+cdef inline void put_le64(char *p, uint64_t v) noexcept nogil:
+    memcpy(p, &v, 8)
+
+cdef inline void put_le32(char *p, uint32_t v) noexcept nogil:
+    memcpy(p, &v, 4)
+
+cdef inline void put_le16(char *p, uint16_t v) noexcept nogil:
+    memcpy(p, &v, 2)
+
+
+# A bounds-checked cursor over untrusted bytes. Every read goes through
+# need(), so a truncated frame is caught in exactly one place.
+cdef struct Reader:
+    const char *p
+    Py_ssize_t len
+    Py_ssize_t pos
+
+cdef int reader_need(Reader *r, Py_ssize_t n) except -1
+cdef uint8_t read_u8(Reader *r) except? 0xff
+cdef uint16_t read_u16(Reader *r) except? 0xffff
+cdef uint32_t read_u32(Reader *r) except? 0xffffffff
+cdef uint64_t read_u64(Reader *r) except? 0xffffffffffffffff
+cdef const char *read_shortstr(Reader *r, Py_ssize_t *n) except NULL
+cdef const char *read_longstr(Reader *r, Py_ssize_t *n) except NULL

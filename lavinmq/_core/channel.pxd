@@ -1,0 +1,105 @@
+# A channel's hot state: the publish being assembled (method, header, body
+# frames -> one store record), publisher confirms, the unacked deliveries
+# (a C array sorted by delivery tag) and its consumers.
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from lavinmq._core.buffer cimport WriteBuffer
+from lavinmq._core.queue cimport Queue, ConsumerBase
+from lavinmq._core.segment cimport SP
+from lavinmq._core.routing cimport Exchange
+
+
+cdef class ConnState:
+    # What channels and consumers need of their connection, without
+    # importing the connection module.
+    cdef:
+        public WriteBuffer wbuf
+        public uint32_t frame_max
+        public bint paused           # transport above its high-water mark
+        public bint closed
+        public uint64_t now_ms       # timestamp for records, set per read batch
+        public uint64_t max_message_size
+        public object conn           # the connection (flush, close)
+        public bint dirty            # has output waiting for a flush
+        public list confirm_dirty    # channels owing publisher confirms
+        public uint64_t send_oct
+        public uint64_t recv_oct
+
+    cdef int mark_dirty(self) except -1
+
+
+cdef struct Unacked:
+    uint64_t tag
+    SP sp
+    uint32_t queue_idx
+    uint32_t consumer_idx      # NO_CONSUMER for basic.get
+    uint8_t done
+
+
+cdef class Consumer(ConsumerBase):
+    cdef:
+        public Channel channel
+        bytes tag_bytes
+        public uint32_t queue_idx
+        public uint32_t slot
+        public bint exclusive
+        public object arguments
+        public bint cancelled
+
+
+cdef class Channel:
+    cdef:
+        public uint16_t id
+        public ConnState state
+        public bint closing          # sent channel.close, waiting for close-ok
+        public bint flow_active
+        # publish being assembled
+        int pstate
+        WriteBuffer rec
+        Py_ssize_t props_off
+        uint64_t body_left
+        bint mandatory
+        bint immediate
+        Exchange ex_cache
+        # confirms
+        public bint confirm
+        public uint64_t publish_seq
+        public uint64_t confirmed_seq
+        bint in_confirm_dirty
+        # transactions
+        public bint tx
+        public list tx_msgs
+        public list tx_acks
+        # deliveries
+        public uint64_t next_tag
+        Unacked *unacked
+        Py_ssize_t u_head
+        Py_ssize_t u_tail
+        Py_ssize_t u_cap
+        public uint32_t unacked_total
+        public uint32_t prefetch_global
+        public uint32_t prefetch_consumer
+        public list queues           # index -> Queue, for unacked entries
+        dict queue_idx
+        public list consumer_slots   # index -> Consumer (kept while it has unacked)
+        public dict consumers        # tag -> Consumer
+        # stats
+        public uint64_t publish_count
+        public uint64_t deliver_count
+        public uint64_t ack_count
+
+    cdef int on_publish(self, const char *p, Py_ssize_t n) except -1
+    cdef int on_header(self, const char *p, Py_ssize_t n) except -1
+    cdef int on_body(self, const char *p, Py_ssize_t n) except -1
+    cdef int publish_complete(self) except -1
+    cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, bint mandatory, bint immediate) except -1
+    cdef Exchange exchange_for(self, const char *name, Py_ssize_t n)
+    cdef uint32_t index_of(self, Queue q) except? 0xffffffff
+    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx) except -1
+    cdef Py_ssize_t find_tag(self, uint64_t tag)
+    cdef int settle(self, Unacked *u, int action) except -1
+    cdef int on_ack(self, uint64_t tag, bint multiple, int action) except -1
+    cdef int send_confirms(self) except -1
+    cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1
+
+
+cdef int write_content(WriteBuffer wb, uint16_t channel, const char *rec, uint32_t frame_max) except -1

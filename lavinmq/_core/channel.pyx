@@ -1,0 +1,503 @@
+# cython: language_level=3
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport realloc, free
+from libc.string cimport memcmp, memmove
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+from lavinmq._core.buffer cimport (
+    WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be64, put_le64,
+)
+from lavinmq._core.codec cimport props_convert
+from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue
+from lavinmq._core.routing cimport Exchange
+from lavinmq._core.segment cimport SP, record_parts
+from lavinmq._core cimport spec
+
+from lavinmq._core import queue as _queue_mod
+from lavinmq.errors import (
+    FrameError, PreconditionFailed, SyntaxError_, UnexpectedFrame, NotFound,
+)
+
+cdef enum:
+    NO_CONSUMER = 0xffffffff
+    FLUSH_AT = 262144          # bytes of output before a mid-pass flush
+    ACT_ACK = 0
+    ACT_REQUEUE = 1
+    ACT_DROP = 2
+    PS_IDLE = 0
+    PS_HEADER = 1
+    PS_BODY = 2
+
+# connections with output written during a delivery pass
+cdef list _dirty_conns = []
+
+
+def flush_dirty_connections():
+    global _dirty_conns
+    cdef ConnState st
+    work = _dirty_conns
+    _dirty_conns = []
+    for x in work:
+        st = <ConnState>x
+        st.dirty = False
+        if not st.closed:
+            st.conn.flush()
+
+_queue_mod.add_after_delivery_hook(flush_dirty_connections)
+
+
+cdef class ConnState:
+    def __init__(self, conn):
+        self.conn = conn
+        self.wbuf = WriteBuffer()
+        self.frame_max = 131072
+        self.max_message_size = 128 * 1024 * 1024
+        self.confirm_dirty = []
+
+    cdef int mark_dirty(self) except -1:
+        if not self.dirty:
+            self.dirty = True
+            _dirty_conns.append(self)
+        return 0
+
+
+cdef int write_content(WriteBuffer wb, uint16_t channel, const char *rec, uint32_t frame_max) except -1:
+    """Content header and body frames for a store record."""
+    cdef const char *ex
+    cdef const char *rk
+    cdef const char *props
+    cdef const char *body
+    cdef Py_ssize_t exlen, rklen, propslen
+    cdef uint64_t bodylen, off = 0, chunk
+    cdef uint64_t max_body = frame_max - 8
+    record_parts(rec, &ex, &exlen, &rk, &rklen, &props, &propslen, &body, &bodylen)
+    wb.start_frame(spec.FRAME_HEADER, channel)
+    wb.write_u16(spec.CLASS_BASIC)
+    wb.write_u16(0)
+    wb.write_u64(bodylen)
+    wb.reserve(propslen)
+    props_convert(props, propslen, wb.buf + wb.len, True)
+    wb.len += propslen
+    wb.end_frame()
+    while off < bodylen:
+        chunk = bodylen - off
+        if chunk > max_body:
+            chunk = max_body
+        wb.start_frame(spec.FRAME_BODY, channel)
+        wb.write_raw(body + off, chunk)
+        wb.end_frame()
+        off += chunk
+    return 0
+
+
+cdef int write_method_with_message(WriteBuffer wb, uint16_t channel, uint16_t method_id,
+                                   const char *rec) except -1:
+    """Exchange and routing key of a record, as the tail of deliver/get-ok/return."""
+    cdef const char *ex
+    cdef const char *rk
+    cdef const char *props
+    cdef const char *body
+    cdef Py_ssize_t exlen, rklen, propslen
+    cdef uint64_t bodylen
+    record_parts(rec, &ex, &exlen, &rk, &rklen, &props, &propslen, &body, &bodylen)
+    wb.write_shortstr(ex, exlen)
+    wb.write_shortstr(rk, rklen)
+    return 0
+
+
+cdef class Consumer(ConsumerBase):
+
+    def __init__(self, Channel channel, tag, Queue queue, bint no_ack, bint exclusive,
+                 int priority, arguments):
+        self.channel = channel
+        self.tag = tag
+        self.tag_bytes = tag.encode("utf-8", "surrogateescape")
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.arguments = arguments
+        self.prefetch = channel.prefetch_consumer
+        self.queue_idx = channel.index_of(queue)
+
+    cdef bint has_capacity(self):
+        cdef Channel ch = self.channel
+        cdef ConnState st = ch.state
+        if self.cancelled or ch.closing or not ch.flow_active or st.paused or st.closed:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        if ch.prefetch_global and ch.unacked_total >= ch.prefetch_global:
+            return False
+        return True
+
+    cdef int deliver(self, const char *rec, SP sp, bint redelivered) except -1:
+        cdef Channel ch = self.channel
+        cdef ConnState st = ch.state
+        cdef WriteBuffer wb = st.wbuf
+        cdef uint64_t tag
+        ch.next_tag += 1
+        tag = ch.next_tag
+        if not self.no_ack:
+            ch.track(tag, sp, self.queue_idx, self.slot)
+            self.unacked += 1
+        ch.deliver_count += 1
+        wb.start_method(ch.id, spec.CLASS_BASIC, spec.BASIC_DELIVER)
+        wb.write_shortstr(PyBytes_AS_STRING(self.tag_bytes), PyBytes_GET_SIZE(self.tag_bytes))
+        wb.write_u64(tag)
+        wb.write_u8(1 if redelivered else 0)
+        write_method_with_message(wb, ch.id, spec.BASIC_DELIVER, rec)
+        wb.end_frame()
+        write_content(wb, ch.id, rec, st.frame_max)
+        st.mark_dirty()
+        if wb.len >= FLUSH_AT:
+            st.conn.flush()
+        return 0
+
+
+cdef class Channel:
+
+    def __init__(self, ConnState state, uint16_t channel_id):
+        self.state = state
+        self.id = channel_id
+        self.flow_active = True
+        self.rec = WriteBuffer()
+        self.queues = []
+        self.queue_idx = {}
+        self.consumer_slots = []
+        self.consumers = {}
+        self.tx_msgs = []
+        self.tx_acks = []
+
+    def __dealloc__(self):
+        free(self.unacked)
+
+    # -- publish: method, header and body frames -----------------------------
+
+    cdef int on_publish(self, const char *p, Py_ssize_t n) except -1:
+        cdef Reader r
+        cdef Py_ssize_t exlen, rklen
+        cdef const char *ex
+        cdef const char *rk
+        cdef uint8_t bits
+        r.p = p
+        r.len = n
+        r.pos = 0
+        read_u16(&r)
+        ex = read_shortstr(&r, &exlen)
+        rk = read_shortstr(&r, &rklen)
+        bits = read_u8(&r)
+        self.mandatory = bits & 1
+        self.immediate = bits & 2
+        self.rec.clear()
+        self.rec.write_u64(0)              # timestamp, set with the header
+        self.rec.write_shortstr(ex, exlen)
+        self.rec.write_shortstr(rk, rklen)
+        self.props_off = self.rec.len
+        self.pstate = PS_HEADER
+        return 0
+
+    cdef int on_header(self, const char *p, Py_ssize_t n) except -1:
+        cdef uint64_t body_size
+        cdef Py_ssize_t plen
+        if n < 14:
+            raise FrameError("content header frame too short")
+        if be16(p) != spec.CLASS_BASIC:
+            raise UnexpectedFrame(f"content header for class {be16(p)}")
+        body_size = be64(p + 4)
+        if body_size > self.state.max_message_size:
+            self.pstate = PS_IDLE
+            raise PreconditionFailed(
+                f"message size {body_size} larger than max size {self.state.max_message_size}", 60, 40)
+        self.rec.reserve(n - 12 + 8)
+        plen = props_convert(p + 12, n - 12, self.rec.buf + self.rec.len, False)
+        if plen != n - 12:
+            raise FrameError("content header has bytes after its properties")
+        self.rec.len += plen
+        put_le64(self.rec.buf, self.state.now_ms)
+        self.rec.reserve(8)
+        put_le64(self.rec.buf + self.rec.len, body_size)
+        self.rec.len += 8
+        self.body_left = body_size
+        if body_size == 0:
+            return self.publish_complete()
+        self.pstate = PS_BODY
+        return 0
+
+    cdef int on_body(self, const char *p, Py_ssize_t n) except -1:
+        if <uint64_t>n > self.body_left:
+            raise FrameError("body frames longer than the content header's body size")
+        self.rec.write_raw(p, n)
+        self.body_left -= n
+        if self.body_left == 0:
+            return self.publish_complete()
+        return 0
+
+    def expecting_content(self):
+        return self.pstate != PS_IDLE
+
+    cdef Exchange exchange_for(self, const char *name, Py_ssize_t n):
+        cdef Exchange ex = self.ex_cache
+        cdef bytes cur
+        if ex is not None and not ex.deleted:
+            cur = ex.name_bytes
+            if PyBytes_GET_SIZE(cur) == n and memcmp(PyBytes_AS_STRING(cur), name, n) == 0:
+                return ex
+        ex = self.lookup_exchange(name[:n].decode("utf-8", "surrogateescape"))
+        self.ex_cache = ex
+        return ex
+
+    def lookup_exchange(self, str name):
+        """-> Exchange the user may publish to, or raise (404/403).
+        Implemented by the control plane's subclass."""
+        raise NotFound(f"no exchange '{name}' in vhost", 60, 40)
+
+    cdef int publish_complete(self) except -1:
+        cdef Exchange ex
+        cdef const char *rec = self.rec.buf
+        self.pstate = PS_IDLE
+        self.publish_count += 1
+        ex = self.exchange_for(rec + 9, <uint8_t>rec[8])
+        if self.tx:
+            self.tx_msgs.append((ex, self.rec.getvalue(), self.mandatory, self.immediate))
+            return 0
+        self.route_record(ex, rec, self.rec.len, self.mandatory, self.immediate)
+        if self.confirm:
+            self.publish_seq += 1
+            if not self.in_confirm_dirty:
+                self.in_confirm_dirty = True
+                self.state.confirm_dirty.append(self)
+        return 0
+
+    cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, bint mandatory, bint immediate) except -1:
+        cdef Py_ssize_t exlen = <uint8_t>rec[8]
+        cdef const char *rk = rec + 10 + exlen
+        cdef Py_ssize_t rklen = <uint8_t>rec[9 + exlen]
+        cdef Py_ssize_t props_off = 10 + exlen + rklen
+        cdef Py_ssize_t props_len = props_convert(rec + props_off, n - props_off, NULL, True)
+        cdef tuple queues = ex.route(rk, rklen, rec + props_off, props_len)
+        cdef Queue q
+        cdef bint any_consumer = False
+        if not queues:
+            if mandatory:
+                self.send_return(312, b"NO_ROUTE", rec)
+            return 0
+        if immediate:
+            for x in queues:
+                if (<Queue>x).consumers:
+                    any_consumer = True
+                    break
+            if not any_consumer:
+                self.send_return(313, b"NO_CONSUMERS", rec)
+                return 0
+        ex.publish_out_count += 1
+        for x in queues:
+            q = <Queue>x
+            if not q.closed:
+                q.publish(rec, n)
+        return 0
+
+    cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1:
+        cdef WriteBuffer wb = self.state.wbuf
+        wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_RETURN)
+        wb.write_u16(code)
+        wb.write_shortstr(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+        write_method_with_message(wb, self.id, spec.BASIC_RETURN, rec)
+        wb.end_frame()
+        write_content(wb, self.id, rec, self.state.frame_max)
+        return 0
+
+    cdef int send_confirms(self) except -1:
+        cdef WriteBuffer wb = self.state.wbuf
+        self.in_confirm_dirty = False
+        if self.publish_seq == self.confirmed_seq or self.closing:
+            return 0
+        wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_ACK)
+        wb.write_u64(self.publish_seq)
+        wb.write_u8(0 if self.publish_seq == self.confirmed_seq + 1 else 1)
+        wb.end_frame()
+        self.confirmed_seq = self.publish_seq
+        return 0
+
+    def flush_confirms(self):
+        self.send_confirms()
+
+    # -- deliveries and acks -------------------------------------------------
+
+    cdef uint32_t index_of(self, Queue q) except? 0xffffffff:
+        idx = self.queue_idx.get(q)
+        if idx is None:
+            idx = len(self.queues)
+            self.queues.append(q)
+            self.queue_idx[q] = idx
+        return idx
+
+    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx) except -1:
+        cdef Unacked *n
+        cdef Py_ssize_t live
+        if self.u_tail == self.u_cap:
+            live = self.u_tail - self.u_head
+            if self.u_head > 0 and live < self.u_cap // 2:
+                memmove(self.unacked, self.unacked + self.u_head, live * sizeof(Unacked))
+            else:
+                self.u_cap = self.u_cap * 2 if self.u_cap else 256
+                n = <Unacked *>realloc(self.unacked, self.u_cap * sizeof(Unacked))
+                if n is NULL:
+                    raise MemoryError()
+                self.unacked = n
+                if self.u_head > 0:
+                    memmove(self.unacked, self.unacked + self.u_head, live * sizeof(Unacked))
+            self.u_head = 0
+            self.u_tail = live
+        self.unacked[self.u_tail].tag = tag
+        self.unacked[self.u_tail].sp = sp
+        self.unacked[self.u_tail].queue_idx = queue_idx
+        self.unacked[self.u_tail].consumer_idx = consumer_idx
+        self.unacked[self.u_tail].done = 0
+        self.u_tail += 1
+        self.unacked_total += 1
+        return 0
+
+    cdef Py_ssize_t find_tag(self, uint64_t tag):
+        cdef Py_ssize_t lo = self.u_head, hi = self.u_tail, mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self.unacked[mid].tag < tag:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.u_tail and self.unacked[lo].tag == tag and not self.unacked[lo].done:
+            return lo
+        return -1
+
+    cdef int settle(self, Unacked *u, int action) except -1:
+        cdef Queue q = <Queue>self.queues[u.queue_idx]
+        cdef Consumer c
+        u.done = 1
+        self.unacked_total -= 1
+        if u.consumer_idx != NO_CONSUMER:
+            c = <Consumer>self.consumer_slots[u.consumer_idx]
+            c.unacked -= 1
+            if c.cancelled and c.unacked == 0:
+                self.consumer_slots[u.consumer_idx] = None
+        if action == ACT_ACK:
+            q.ack(u.sp)
+        else:
+            q.reject(u.sp, action == ACT_REQUEUE)
+        return 0
+
+    cdef int on_ack(self, uint64_t tag, bint multiple, int action) except -1:
+        """basic.ack / nack / reject, single or multiple."""
+        cdef Py_ssize_t idx, i
+        cdef bint was_full = self.prefetch_global and self.unacked_total >= self.prefetch_global
+        if self.tx:
+            self.tx_acks.append((tag, multiple, action))
+            return 0
+        if multiple and tag == 0:
+            idx = self.u_tail - 1
+        else:
+            idx = self.find_tag(tag)
+            if idx < 0:
+                raise PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+        if multiple:
+            for i in range(self.u_head, idx + 1):
+                if not self.unacked[i].done:
+                    self.settle(&self.unacked[i], action)
+        else:
+            self.settle(&self.unacked[idx], action)
+        while self.u_head < self.u_tail and self.unacked[self.u_head].done:
+            self.u_head += 1
+        if self.u_head == self.u_tail:
+            self.u_head = self.u_tail = 0
+        self.ack_count += 1
+        if was_full:
+            for c in self.consumers.values():
+                schedule_queue((<Consumer>c).queue)
+        return 0
+
+    def ack(self, uint64_t tag, bint multiple=False):
+        self.on_ack(tag, multiple, ACT_ACK)
+
+    def reject(self, uint64_t tag, bint multiple=False, bint requeue=True):
+        self.on_ack(tag, multiple, ACT_REQUEUE if requeue else ACT_DROP)
+
+    def requeue_all(self):
+        """Channel closed or basic.recover: every unacked message goes back
+        to its queue, at its original position."""
+        cdef Py_ssize_t i
+        for i in range(self.u_head, self.u_tail):
+            if not self.unacked[i].done:
+                self.settle(&self.unacked[i], ACT_REQUEUE)
+        self.u_head = self.u_tail = 0
+
+    def commit(self):
+        """tx.commit: route the held publishes, then apply the held acks."""
+        cdef Exchange ex
+        cdef bytes rec
+        msgs, acks = self.tx_msgs, self.tx_acks
+        self.tx_msgs = []
+        self.tx_acks = []
+        self.tx = False
+        try:
+            for ex, rec, mandatory, immediate in msgs:
+                if not ex.deleted:
+                    self.route_record(ex, rec, len(rec), mandatory, immediate)
+                if self.confirm:
+                    self.publish_seq += 1
+            for tag, multiple, action in acks:
+                self.on_ack(tag, multiple, action)
+        finally:
+            self.tx = True
+        if self.confirm:
+            self.send_confirms()
+
+    def rollback(self):
+        self.tx_msgs = []
+        self.tx_acks = []
+
+    def add_consumer_slot(self, Consumer c):
+        c.slot = len(self.consumer_slots)
+        for i, x in enumerate(self.consumer_slots):
+            if x is None:
+                c.slot = i
+                self.consumer_slots[i] = c
+                return
+        self.consumer_slots.append(c)
+
+    def release_consumer_slot(self, Consumer c):
+        c.cancelled = True
+        if c.unacked == 0 and c.slot < len(self.consumer_slots) and self.consumer_slots[c.slot] is c:
+            self.consumer_slots[c.slot] = None
+
+    def basic_get(self, Queue q, bint no_ack):
+        """basic.get: get-ok with the next message, or get-empty."""
+        cdef SP sp
+        cdef bint redelivered
+        cdef WriteBuffer wb = self.state.wbuf
+        cdef const char *rec = q.get(&sp, &redelivered)
+        if rec is NULL:
+            wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_EMPTY)
+            wb.write_shortstr(b"", 0)
+            wb.end_frame()
+            return False
+        self.next_tag += 1
+        wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_OK)
+        wb.write_u64(self.next_tag)
+        wb.write_u8(1 if redelivered else 0)
+        write_method_with_message(wb, self.id, spec.BASIC_GET_OK, rec)
+        wb.write_u32(<uint32_t>q.store.ready)
+        wb.end_frame()
+        write_content(wb, self.id, rec, self.state.frame_max)
+        if no_ack:
+            q.store.delete(sp)
+            schedule_queue(q)
+        else:
+            self.track(self.next_tag, sp, self.index_of(q), NO_CONSUMER)
+            q.add_unacked_from_get(sp.size)
+        return True
+
+    @property
+    def unacked_count(self):
+        return self.unacked_total

@@ -1,0 +1,34 @@
+# The connection's protocol core: fed bytes (BufferedProtocol reads straight
+# into rbuf), it walks every complete frame of a read in one call. Publishes,
+# content frames and acks stay in Cython; every other method is decoded and
+# handed up to the Python subclass (lavinmq.amqp.connection) once.
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from lavinmq._core.channel cimport ConnState, Channel
+
+cdef enum ConnPhase:
+    PH_HEADER = 0      # waiting for the protocol header
+    PH_HANDSHAKE = 1   # start/tune/open
+    PH_OPEN = 2
+    PH_CLOSING = 3     # we sent connection.close, waiting for close-ok
+    PH_CLOSED = 4
+
+
+cdef class CoreConnection:
+    cdef:
+        public ConnState state
+        char *rbuf
+        Py_ssize_t rcap
+        Py_ssize_t rlen
+        public int phase
+        public list channels           # index = channel id, None if not open
+        public uint16_t channel_max
+        public uint32_t frame_max
+        public object transport
+        public double last_recv        # monotonic seconds, per read batch
+        public double last_send
+        public uint64_t recv_frames
+
+    cdef int process(self) except -1
+    cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1
+    cdef int handle_method(self, uint16_t ch, const char *p, uint32_t size) except -1
+    cdef Channel channel_for_content(self, uint16_t ch)

@@ -1,0 +1,264 @@
+# cython: language_level=3
+import logging
+
+from cpython.buffer cimport PyBUF_WRITE
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcmp, memmove
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
+
+from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
+from lavinmq._core.channel cimport ConnState, Channel
+from lavinmq._core.codec cimport decode_method_args
+from lavinmq._core cimport spec
+
+from lavinmq.errors import (
+    AMQPError, ChannelErrorHard, FrameError, UnexpectedFrame, InternalError, SyntaxError_,
+    CommandInvalid,
+)
+
+log = logging.getLogger("lavinmq.connection")
+
+cdef bytes PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+cdef enum:
+    READ_BUFFER = 262144
+
+
+cdef inline double monotonic() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline uint64_t now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <uint64_t>ts.tv_sec * 1000 + <uint64_t>(ts.tv_nsec // 1000000)
+
+
+cdef class CoreConnection:
+
+    def __cinit__(self, *args, **kwargs):
+        self.rcap = READ_BUFFER
+        self.rbuf = <char *>malloc(self.rcap)
+        if self.rbuf is NULL:
+            raise MemoryError()
+        self.state = ConnState(self)
+        self.channels = [None]
+        self.channel_max = 2048
+        self.frame_max = 131072
+        self.last_recv = self.last_send = monotonic()
+
+    def __dealloc__(self):
+        free(self.rbuf)
+
+    # -- asyncio.BufferedProtocol --------------------------------------------
+
+    def get_buffer(self, Py_ssize_t sizehint):
+        cdef Py_ssize_t need = <Py_ssize_t>self.frame_max + 8
+        cdef char *nb
+        if self.rcap - self.rlen < 4096 or self.rcap < need:
+            # a partial frame larger than what is left: make room for a whole one
+            nb = <char *>realloc(self.rbuf, max(self.rcap * 2, need + self.rlen))
+            if nb is NULL:
+                raise MemoryError()
+            self.rbuf = nb
+            self.rcap = max(self.rcap * 2, need + self.rlen)
+        return PyMemoryView_FromMemory(self.rbuf + self.rlen, self.rcap - self.rlen, PyBUF_WRITE)
+
+    def buffer_updated(self, Py_ssize_t nbytes):
+        self.rlen += nbytes
+        self.state.recv_oct += nbytes
+        self.last_recv = monotonic()
+        try:
+            self.process()
+        except Exception as exc:    # nothing escapes a read callback
+            self.connection_error(exc if isinstance(exc, AMQPError) else InternalError(str(exc)))
+        self.end_of_batch()
+
+    def end_of_batch(self):
+        cdef Channel ch
+        cdef list dirty = self.state.confirm_dirty
+        if dirty:
+            self.state.confirm_dirty = []
+            for x in dirty:
+                ch = <Channel>x
+                ch.flush_confirms()
+        self.flush()
+
+    def flush(self):
+        cdef WriteBuffer wb = self.state.wbuf
+        if wb.len == 0:
+            return
+        if self.transport is None or self.phase == PH_CLOSED:
+            wb.clear()
+            return
+        self.state.send_oct += wb.len
+        self.last_send = monotonic()
+        self.transport.write(wb.take())
+
+    # -- frame parsing -------------------------------------------------------
+
+    cdef int process(self) except -1:
+        cdef Py_ssize_t pos = 0
+        cdef const char *p
+        cdef uint8_t ftype
+        cdef uint16_t ch
+        cdef uint32_t size
+        cdef uint32_t max_payload
+        self.state.now_ms = now_ms()
+        if self.phase == PH_HEADER:
+            if self.rlen < 8:
+                if memcmp(self.rbuf, <const char *>PROTOCOL_HEADER, self.rlen) != 0:
+                    self.bad_protocol_header()
+                return 0
+            if memcmp(self.rbuf, <const char *>PROTOCOL_HEADER, 8) != 0:
+                self.bad_protocol_header()
+                return 0
+            pos = 8
+            self.phase = PH_HANDSHAKE
+            self.on_protocol_header()
+        while self.phase != PH_CLOSED:
+            if self.rlen - pos < 7:
+                break
+            p = self.rbuf + pos
+            ftype = <uint8_t>p[0]
+            ch = be16(p + 1)
+            size = be32(p + 3)
+            max_payload = self.frame_max - 8 if self.frame_max >= 4096 else 4096 - 8
+            if size > max_payload:
+                raise FrameError(f"frame size {size} exceeds frame_max {self.frame_max}")
+            if self.rlen - pos < <Py_ssize_t>size + 8:
+                break
+            if <uint8_t>p[7 + size] != 0xCE:
+                raise FrameError("frame-end octet missing")
+            pos += size + 8
+            self.recv_frames += 1
+            try:
+                self.handle_frame(ftype, ch, p + 7, size)
+            except AMQPError as exc:
+                if exc.hard or ch == 0:
+                    raise
+                self.channel_error(ch, exc)
+        if pos:
+            self.rlen -= pos
+            if self.rlen:
+                memmove(self.rbuf, self.rbuf + pos, self.rlen)
+        return 0
+
+    cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1:
+        cdef Channel c
+        if ftype == spec.FRAME_METHOD:
+            return self.handle_method(ch, p, size)
+        if ftype == spec.FRAME_HEARTBEAT:
+            if ch != 0:
+                raise FrameError("heartbeat frame on a channel other than 0")
+            return 0
+        if ftype == spec.FRAME_HEADER:
+            c = self.channel_for_content(ch)
+            if c is not None:
+                if c.pstate != 1:
+                    raise UnexpectedFrame("content header frame without a publish", 60, 40)
+                c.on_header(p, size)
+            return 0
+        if ftype == spec.FRAME_BODY:
+            c = self.channel_for_content(ch)
+            if c is not None:
+                if c.pstate != 2:
+                    raise UnexpectedFrame("content body frame without a content header", 60, 40)
+                c.on_body(p, size)
+            return 0
+        raise FrameError(f"unknown frame type {ftype}")
+
+    cdef Channel channel_for_content(self, uint16_t ch):
+        cdef object c
+        if self.phase != PH_OPEN:
+            if self.phase == PH_CLOSING:
+                return None
+            raise UnexpectedFrame("content frame before the connection is open")
+        if ch == 0 or ch >= len(self.channels) or self.channels[ch] is None:
+            raise ChannelErrorHard(f"content frame on channel {ch} that is not open")
+        c = self.channels[ch]
+        if (<Channel>c).closing:
+            return None
+        return <Channel>c
+
+    cdef int handle_method(self, uint16_t ch, const char *p, uint32_t size) except -1:
+        cdef uint16_t cid, mid
+        cdef Channel c = None
+        cdef uint8_t bits
+        if size < 4:
+            raise FrameError("method frame too short")
+        cid = be16(p)
+        mid = be16(p + 2)
+        if self.phase == PH_CLOSING:
+            # after connection.close only close/close-ok mean anything
+            if cid == spec.CLASS_CONNECTION and (mid == spec.CONNECTION_CLOSE or mid == spec.CONNECTION_CLOSE_OK):
+                self.on_method(ch, None, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
+            return 0
+        if ch != 0 and self.phase == PH_OPEN:
+            if ch < len(self.channels):
+                c = self.channels[ch]
+            if c is None:
+                if cid == spec.CLASS_CHANNEL and mid == spec.CHANNEL_OPEN:
+                    self.on_method(ch, None, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
+                    return 0
+                raise ChannelErrorHard(f"expected 'channel.open' on channel {ch}", cid, mid)
+            if c.closing:
+                if cid == spec.CLASS_CHANNEL and (mid == spec.CHANNEL_CLOSE_OK or mid == spec.CHANNEL_CLOSE):
+                    self.on_method(ch, c, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
+                return 0
+            if c.pstate != 0:
+                raise UnexpectedFrame("method frame while a message's content was expected", cid, mid)
+            if cid == spec.CLASS_BASIC:
+                if mid == spec.BASIC_PUBLISH:
+                    return c.on_publish(p + 4, size - 4)
+                if mid == spec.BASIC_ACK or mid == spec.BASIC_REJECT or mid == spec.BASIC_NACK:
+                    if size < 13:
+                        raise SyntaxError_("truncated method arguments", cid, mid)
+                    bits = <uint8_t>p[12]
+                    if mid == spec.BASIC_ACK:
+                        return c.on_ack(be64(p + 4), bits & 1, 0)
+                    if mid == spec.BASIC_REJECT:
+                        return c.on_ack(be64(p + 4), False, 1 if bits & 1 else 2)
+                    return c.on_ack(be64(p + 4), bits & 1, 1 if bits & 2 else 2)
+        elif ch != 0 and self.phase != PH_OPEN:
+            raise UnexpectedFrame(f"method on channel {ch} before the connection is open", cid, mid)
+        self.on_method(ch, c, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
+        return 0
+
+    # -- upcalls, implemented by lavinmq.amqp.connection ----------------------
+
+    def on_protocol_header(self):
+        raise NotImplementedError
+
+    def bad_protocol_header(self):
+        raise NotImplementedError
+
+    def on_method(self, uint16_t ch, Channel channel, int class_id, int method_id, tuple args):
+        raise NotImplementedError
+
+    def channel_error(self, uint16_t ch, exc):
+        raise NotImplementedError
+
+    def connection_error(self, exc):
+        raise NotImplementedError
+
+    # -- helpers for the control plane --------------------------------------
+
+    def send_method(self, uint16_t ch, int class_id, int method_id, tuple args=()):
+        from lavinmq._core.codec import encode_method_frame
+        self.state.wbuf.write_bytes(encode_method_frame(ch, class_id, method_id, args))
+
+    def send_raw(self, bytes data):
+        self.state.wbuf.write_bytes(data)
+
+    def heartbeat(self):
+        self.state.wbuf.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+        self.flush()
+
+    @property
+    def buffered_input(self):
+        return self.rlen

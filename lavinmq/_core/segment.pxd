@@ -1,0 +1,84 @@
+# The message store of one queue: a series of mmap'd segment files
+# (msgs.0000000001 ...) in LavinMQ's record layout, with one acks.N file per
+# segment listing the positions of deleted messages. RAM use is per segment,
+# never per message: the ready messages are found by walking the segments
+# from a read cursor.
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from lavinmq._core.buffer cimport le64
+
+cdef enum:
+    SCHEMA_VERSION = 4
+    SEGMENT_HEADER = 4          # the u32 schema version at the start of a file
+
+# A message's place in a store: segment id, byte position, record length.
+cdef struct SP:
+    uint32_t seg
+    uint32_t pos
+    uint32_t size
+
+
+cdef class Segment:
+    cdef:
+        readonly uint32_t id
+        str path
+        str ack_path
+        int fd
+        char *base              # NULL while unmapped
+        Py_ssize_t mapped_len
+        readonly Py_ssize_t size       # end of the last record
+        Py_ssize_t capacity     # file length while it is the write segment
+        readonly uint32_t msg_count
+        readonly uint32_t ack_count
+        bint writable
+        int ack_fd
+        uint32_t *pending       # deleted positions not yet written to acks.N
+        Py_ssize_t n_pending
+        Py_ssize_t cap_pending
+        uint32_t *deleted       # sorted positions deleted before the reader got here (from boot)
+        Py_ssize_t n_deleted
+
+    cdef int map(self) except -1
+    cdef void unmap(self)
+    cdef int add_pending(self, uint32_t pos) except -1
+    cdef int flush_pending(self) except -1
+    cdef bint is_deleted_at_boot(self, uint32_t pos)
+
+
+cdef class MessageStore:
+    cdef:
+        readonly str dir
+        list segs               # Segment or None, index = id - base_id
+        uint32_t base_id
+        Segment wseg
+        Segment rseg
+        Py_ssize_t rpos
+        SP *requeued            # sorted by (seg, pos): shifted before the cursor
+        Py_ssize_t n_requeued
+        Py_ssize_t cap_requeued
+        readonly uint64_t ready
+        readonly uint64_t ready_bytes
+        Py_ssize_t segment_size
+        list dirty              # segments with pending ack positions
+        readonly bint closed
+        public object log_name
+
+    cdef Segment segment(self, uint32_t seg_id)
+    cdef int open_new_segment(self, Py_ssize_t min_size) except -1
+    cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1
+    cdef const char *shift(self, SP *out, bint *redelivered) except? NULL
+    cdef const char *read(self, SP sp) except NULL
+    cdef int delete(self, SP sp) except -1
+    cdef int requeue(self, SP sp) except -1
+    cdef int flush_acks(self) except -1
+    cdef int maybe_drop_segment(self, Segment s) except -1
+    cdef Py_ssize_t read_acks(self, Segment s, uint32_t **out) except -1
+    cdef int load_segment(self, Segment s, bint last) except -1
+
+
+# Record: ts i64 | exchange shortstr | routing key shortstr | properties |
+#         body size u64 | body        (integers little-endian)
+cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2
+cdef int record_parts(const char *rec, const char **ex, Py_ssize_t *exlen,
+                      const char **rk, Py_ssize_t *rklen,
+                      const char **props, Py_ssize_t *propslen,
+                      const char **body, uint64_t *bodylen) except -1

@@ -1,0 +1,591 @@
+# cython: language_level=3
+import logging
+import os
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, realloc, free, qsort
+from libc.string cimport memcpy, memset, memmove
+from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
+from posix.unistd cimport close as c_close, ftruncate, write as c_write
+from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_WRONLY, O_APPEND, O_RDONLY
+from cpython.exc cimport PyErr_SetFromErrno
+
+from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
+from lavinmq._core.codec cimport props_convert
+
+log = logging.getLogger("lavinmq.store")
+
+cdef extern from "errno.h":
+    int errno
+
+
+cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2:
+    """Length of the record at p, 0 for the end-of-data mark (zero
+    timestamp), -1 for a record that does not fit in avail (torn)."""
+    cdef Py_ssize_t pos = 8
+    cdef Py_ssize_t plen
+    cdef uint64_t body
+    if avail < 8:
+        return 0 if avail == 0 else -1
+    if le64(p) == 0:
+        return 0
+    if pos + 1 > avail:
+        return -1
+    pos += 1 + <uint8_t>p[pos]
+    if pos + 1 > avail:
+        return -1
+    pos += 1 + <uint8_t>p[pos]
+    if pos > avail:
+        return -1
+    try:
+        plen = props_convert(p + pos, avail - pos, NULL, True)
+    except Exception:
+        return -1
+    pos += plen
+    if pos + 8 > avail:
+        return -1
+    body = le64(p + pos)
+    pos += 8
+    if body > <uint64_t>(avail - pos):
+        return -1
+    return pos + <Py_ssize_t>body
+
+
+cdef int record_parts(const char *rec, const char **ex, Py_ssize_t *exlen,
+                      const char **rk, Py_ssize_t *rklen,
+                      const char **props, Py_ssize_t *propslen,
+                      const char **body, uint64_t *bodylen) except -1:
+    cdef Py_ssize_t pos = 8
+    exlen[0] = <uint8_t>rec[pos]
+    ex[0] = rec + pos + 1
+    pos += 1 + exlen[0]
+    rklen[0] = <uint8_t>rec[pos]
+    rk[0] = rec + pos + 1
+    pos += 1 + rklen[0]
+    props[0] = rec + pos
+    # records were validated when written: the bound only guards the walk
+    propslen[0] = props_convert(rec + pos, 1 << 30, NULL, True)
+    pos += propslen[0]
+    bodylen[0] = le64(rec + pos)
+    body[0] = rec + pos + 8
+    return 0
+
+
+cdef int cmp_u32(const void *a, const void *b) noexcept nogil:
+    cdef uint32_t x = (<const uint32_t *>a)[0]
+    cdef uint32_t y = (<const uint32_t *>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef class Segment:
+
+    def __cinit__(self, uint32_t seg_id, str directory):
+        self.id = seg_id
+        self.path = os.path.join(directory, "msgs.%010d" % seg_id)
+        self.ack_path = os.path.join(directory, "acks.%010d" % seg_id)
+        self.fd = -1
+        self.ack_fd = -1
+        self.base = NULL
+
+    def __dealloc__(self):
+        self.unmap()
+        if self.fd >= 0:
+            c_close(self.fd)
+        if self.ack_fd >= 0:
+            c_close(self.ack_fd)
+        free(self.pending)
+        free(self.deleted)
+
+    cdef int map(self) except -1:
+        """Map the segment read-only (sealed) or read-write (write segment)."""
+        cdef int fd
+        cdef void *m
+        cdef Py_ssize_t length
+        if self.base is not NULL:
+            return 0
+        length = self.capacity if self.writable else self.size
+        if length == 0:
+            length = SEGMENT_HEADER
+        fd = self.fd
+        if fd < 0:
+            fd = c_open(self.path.encode(), O_RDONLY)
+            if fd < 0:
+                PyErr_SetFromErrno(OSError)
+                return -1
+        m = mmap(NULL, length, PROT_READ | (PROT_WRITE if self.writable else 0), MAP_SHARED, fd, 0)
+        if fd != self.fd:
+            c_close(fd)
+        if m == MAP_FAILED:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        self.base = <char *>m
+        self.mapped_len = length
+        return 0
+
+    cdef void unmap(self):
+        if self.base is not NULL:
+            munmap(self.base, self.mapped_len)
+            self.base = NULL
+            self.mapped_len = 0
+
+    cdef int add_pending(self, uint32_t pos) except -1:
+        cdef uint32_t *n
+        if self.n_pending == self.cap_pending:
+            self.cap_pending = self.cap_pending * 2 if self.cap_pending else 64
+            n = <uint32_t *>realloc(self.pending, self.cap_pending * sizeof(uint32_t))
+            if n is NULL:
+                raise MemoryError()
+            self.pending = n
+        self.pending[self.n_pending] = pos
+        self.n_pending += 1
+        return 0
+
+    cdef int flush_pending(self) except -1:
+        cdef Py_ssize_t n = self.n_pending * sizeof(uint32_t)
+        cdef Py_ssize_t done = 0
+        cdef Py_ssize_t w
+        if self.n_pending == 0:
+            return 0
+        if self.ack_fd < 0:
+            self.ack_fd = c_open(self.ack_path.encode(), O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            if self.ack_fd < 0:
+                PyErr_SetFromErrno(OSError)
+                return -1
+        while done < n:
+            w = c_write(self.ack_fd, (<char *>self.pending) + done, n - done)
+            if w < 0:
+                PyErr_SetFromErrno(OSError)
+                return -1
+            done += w
+        self.n_pending = 0
+        return 0
+
+    cdef bint is_deleted_at_boot(self, uint32_t pos):
+        cdef Py_ssize_t lo = 0, hi = self.n_deleted, mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self.deleted[mid] < pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo < self.n_deleted and self.deleted[lo] == pos
+
+    def close_files(self):
+        self.unmap()
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+        if self.ack_fd >= 0:
+            c_close(self.ack_fd)
+            self.ack_fd = -1
+
+    @property
+    def mapped(self):
+        return self.base is not NULL
+
+
+cdef inline int sp_cmp(SP a, SP b) noexcept nogil:
+    if a.seg != b.seg:
+        return -1 if a.seg < b.seg else 1
+    if a.pos != b.pos:
+        return -1 if a.pos < b.pos else 1
+    return 0
+
+
+cdef class MessageStore:
+    """All messages of one queue. Not thread-safe: the event loop owns it."""
+
+    def __cinit__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None):
+        self.dir = directory
+        self.segs = []
+        self.dirty = []
+        self.segment_size = segment_size
+        self.log_name = log_name or directory
+        os.makedirs(directory, exist_ok=True)
+        self._load()
+        if self.wseg is None:
+            self.open_new_segment(0)
+        if self.rseg is None:
+            self.rseg = <Segment>self.segs[0]
+            self.rpos = SEGMENT_HEADER
+
+    def __dealloc__(self):
+        free(self.requeued)
+
+    # -- boot ----------------------------------------------------------------
+
+    def _load(self):
+        cdef Segment s
+        ids = sorted(int(f[5:]) for f in os.listdir(self.dir)
+                     if f.startswith("msgs.") and f[5:].isdigit())
+        if not ids:
+            return
+        self.base_id = ids[0]
+        for i, seg_id in enumerate(ids):
+            while self.base_id + len(self.segs) < seg_id:
+                self.segs.append(None)
+            s = Segment(seg_id, self.dir)
+            self.load_segment(s, i == len(ids) - 1)
+            self.segs.append(s)
+        for i in range(len(self.segs) - 1):
+            s = self.segs[i]
+            if s is not None and s.ack_count == s.msg_count:
+                self._drop(s)
+        for x in self.segs:
+            if x is not None:
+                s = x
+                self.ready += s.msg_count - s.ack_count
+                if self.rseg is None:
+                    self.rseg = s
+                    self.rpos = SEGMENT_HEADER
+
+    cdef int load_segment(self, Segment s, bint last) except -1:
+        """Walk the records of a segment file: count them, cut a torn tail,
+        and match the positions listed in its ack file."""
+        cdef Py_ssize_t pos = SEGMENT_HEADER
+        cdef Py_ssize_t n, file_len
+        cdef uint32_t *acked = NULL
+        cdef Py_ssize_t n_acked = 0, i, j
+        s.writable = last
+        file_len = os.path.getsize(s.path)
+        if file_len < SEGMENT_HEADER:
+            # an empty file from a crash right after creation
+            with open(s.path, "r+b") as f:
+                f.truncate(SEGMENT_HEADER)
+                f.write(SCHEMA_VERSION.to_bytes(4, "little"))
+            file_len = SEGMENT_HEADER
+        s.size = file_len
+        s.capacity = max(file_len, self.segment_size) if last else file_len
+        if last:
+            s.fd = c_open(s.path.encode(), O_RDWR)
+            if s.fd < 0:
+                PyErr_SetFromErrno(OSError)
+            if file_len < s.capacity and ftruncate(s.fd, s.capacity) != 0:
+                PyErr_SetFromErrno(OSError)
+        s.map()
+        if le32(s.base) != SCHEMA_VERSION:
+            raise OSError(f"{s.path}: unknown segment schema version {le32(s.base)}")
+        n_acked = self.read_acks(s, &acked)
+        j = 0
+        try:
+            while True:
+                n = record_len(s.base + pos, file_len - pos)
+                if n == 0:
+                    break
+                if n < 0:
+                    log.warning("%s: torn record at byte %d cut off", s.path, pos)
+                    if s.writable:
+                        memset(s.base + pos, 0, s.capacity - pos)
+                    break
+                while j < n_acked and acked[j] < pos:
+                    j += 1
+                s.msg_count += 1
+                if j < n_acked and acked[j] == pos:
+                    acked[s.ack_count] = <uint32_t>pos   # compact in place: only real record starts
+                    s.ack_count += 1
+                    j += 1
+                pos += n
+        finally:
+            s.deleted = acked
+            s.n_deleted = s.ack_count
+        s.size = pos
+        if not last:
+            s.unmap()
+            if file_len != pos:
+                os.truncate(s.path, pos)
+        else:
+            self.wseg = s
+        return 0
+
+    cdef Py_ssize_t read_acks(self, Segment s, uint32_t **out) except -1:
+        """Sorted, unique positions from acks.N into a malloc'd array; a torn
+        last entry or a zero-filled tail is ignored."""
+        cdef uint32_t *arr
+        cdef Py_ssize_t n, i, k
+        try:
+            with open(s.ack_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        n = len(data) // 4
+        arr = <uint32_t *>malloc(max(n, 1) * sizeof(uint32_t))
+        if arr is NULL:
+            raise MemoryError()
+        memcpy(arr, <const char *>data, n * 4)
+        qsort(arr, n, sizeof(uint32_t), cmp_u32)
+        k = 0
+        for i in range(n):
+            if arr[i] >= SEGMENT_HEADER and (k == 0 or arr[k - 1] != arr[i]):
+                arr[k] = arr[i]
+                k += 1
+        out[0] = arr
+        return k
+
+    # -- segments ------------------------------------------------------------
+
+    cdef Segment segment(self, uint32_t seg_id):
+        cdef Py_ssize_t idx = <Py_ssize_t>seg_id - <Py_ssize_t>self.base_id
+        if idx < 0 or idx >= len(self.segs):
+            return None
+        return <Segment>self.segs[idx]
+
+    cdef int open_new_segment(self, Py_ssize_t min_size) except -1:
+        cdef uint32_t seg_id
+        cdef Segment s
+        cdef char hdr[4]
+        if self.wseg is not None:
+            self._seal(self.wseg)
+            seg_id = self.wseg.id + 1
+        else:
+            seg_id = self.base_id if self.base_id else 1
+            self.base_id = seg_id
+        s = Segment(seg_id, self.dir)
+        s.writable = True
+        s.capacity = max(self.segment_size, min_size + SEGMENT_HEADER)
+        s.fd = c_open(s.path.encode(), O_RDWR | O_CREAT, 0o644)
+        if s.fd < 0:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        if ftruncate(s.fd, s.capacity) != 0:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        s.map()
+        put_le32(s.base, SCHEMA_VERSION)
+        s.size = SEGMENT_HEADER
+        while self.base_id + len(self.segs) < seg_id:
+            self.segs.append(None)
+        self.segs.append(s)
+        self.wseg = s
+        return 0
+
+    def _seal(self, Segment s):
+        """The write segment is full: cut the file to its data."""
+        s.writable = False
+        if s is not self.rseg:
+            s.unmap()
+        if s.fd >= 0:
+            ftruncate(s.fd, s.size)
+            c_close(s.fd)
+            s.fd = -1
+        s.capacity = s.size
+        self.maybe_drop_segment(s)
+
+    def _drop(self, Segment s):
+        cdef Py_ssize_t idx = <Py_ssize_t>s.id - <Py_ssize_t>self.base_id
+        s.close_files()
+        for p in (s.path, s.ack_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        self.segs[idx] = None
+        while self.segs and self.segs[0] is None:
+            del self.segs[0]
+            self.base_id += 1
+
+    cdef int maybe_drop_segment(self, Segment s) except -1:
+        # a sealed segment whose every message is deleted, and that the
+        # reader has left, is removed with its ack file
+        if s is not self.wseg and s is not self.rseg and s.ack_count == s.msg_count:
+            self._drop(s)
+        return 0
+
+    # -- messages ------------------------------------------------------------
+
+    cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1:
+        cdef Segment s = self.wseg
+        if s.size + n + 8 > s.capacity:
+            self.open_new_segment(n + 8)
+            s = self.wseg
+        # body first, timestamp last: a record cut short by a crash keeps a
+        # zero timestamp and reads as the end of data
+        memcpy(s.base + s.size + 8, rec + 8, n - 8)
+        memcpy(s.base + s.size, rec, 8)
+        out.seg = s.id
+        out.pos = <uint32_t>s.size
+        out.size = <uint32_t>n
+        s.size += n
+        s.msg_count += 1
+        self.ready += 1
+        self.ready_bytes += n
+        return 0
+
+    cdef const char *shift(self, SP *out, bint *redelivered) except? NULL:
+        """Take the next ready message: requeued ones first (they were
+        delivered before anything still ahead of the cursor), then the
+        cursor's. Returns NULL when the queue is empty."""
+        cdef Segment s
+        cdef Py_ssize_t n
+        if self.n_requeued:
+            out[0] = self.requeued[0]
+            self.n_requeued -= 1
+            memmove(self.requeued, self.requeued + 1, self.n_requeued * sizeof(SP))
+            redelivered[0] = True
+            self.ready -= 1
+            self.ready_bytes -= out.size
+            return self.read(out[0])
+        redelivered[0] = False
+        while self.ready:
+            s = self.rseg
+            if self.rpos < s.size:
+                if s.base is NULL:
+                    s.map()
+                n = record_len(s.base + self.rpos, s.size - self.rpos)
+                if n <= 0:
+                    raise OSError(f"{s.path}: corrupt record at byte {self.rpos}")
+                out.seg = s.id
+                out.pos = <uint32_t>self.rpos
+                out.size = <uint32_t>n
+                self.rpos += n
+                if s.n_deleted and s.is_deleted_at_boot(out.pos):
+                    continue
+                self.ready -= 1
+                self.ready_bytes -= n
+                return s.base + out.pos
+            if s is self.wseg:
+                return NULL
+            self._advance_reader()
+        return NULL
+
+    def _advance_reader(self):
+        cdef Segment old = self.rseg
+        cdef Segment nxt = None
+        cdef uint32_t i = old.id + 1
+        while nxt is None and i <= self.wseg.id:
+            nxt = self.segment(i)
+            i += 1
+        self.rseg = nxt
+        self.rpos = SEGMENT_HEADER
+        free(old.deleted)
+        old.deleted = NULL
+        old.n_deleted = 0
+        if not old.writable:
+            old.unmap()
+        self.maybe_drop_segment(old)
+
+    cdef const char *read(self, SP sp) except NULL:
+        cdef Segment s = self.segment(sp.seg)
+        if s is None:
+            raise KeyError(f"segment {sp.seg} is gone")
+        if s.base is NULL:
+            s.map()
+        return s.base + sp.pos
+
+    cdef int delete(self, SP sp) except -1:
+        """The message is acked (or dropped): record its position in the
+        segment's ack file (written per batch by flush_acks)."""
+        cdef Segment s = self.segment(sp.seg)
+        if s is None:
+            return 0
+        if s.n_pending == 0:
+            self.dirty.append(s)
+        s.add_pending(sp.pos)
+        s.ack_count += 1
+        return 0
+
+    cdef int requeue(self, SP sp) except -1:
+        cdef Py_ssize_t lo = 0, hi = self.n_requeued, mid
+        cdef SP *n
+        if self.n_requeued == self.cap_requeued:
+            self.cap_requeued = self.cap_requeued * 2 if self.cap_requeued else 16
+            n = <SP *>realloc(self.requeued, self.cap_requeued * sizeof(SP))
+            if n is NULL:
+                raise MemoryError()
+            self.requeued = n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if sp_cmp(self.requeued[mid], sp) < 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        memmove(self.requeued + lo + 1, self.requeued + lo, (self.n_requeued - lo) * sizeof(SP))
+        self.requeued[lo] = sp
+        self.n_requeued += 1
+        self.ready += 1
+        self.ready_bytes += sp.size
+        return 0
+
+    cdef int flush_acks(self) except -1:
+        cdef Segment s
+        if not self.dirty:
+            return 0
+        dirty = self.dirty
+        self.dirty = []
+        for x in dirty:
+            s = <Segment>x
+            s.flush_pending()
+            if s.ack_count == s.msg_count:
+                self.maybe_drop_segment(s)
+        return 0
+
+    # -- Python-facing -------------------------------------------------------
+
+    def purge(self):
+        """Delete every ready message; returns how many."""
+        cdef SP sp
+        cdef bint redelivered
+        cdef uint64_t count = 0
+        while self.shift(&sp, &redelivered) is not NULL:
+            self.delete(sp)
+            count += 1
+        self.flush_acks()
+        return count
+
+    def unmap_idle(self):
+        """Unmap every segment but the reader's and the writer's: RSS stays
+        flat however deep the queue is."""
+        cdef Segment s
+        for x in self.segs:
+            if x is not None and x is not self.wseg and x is not self.rseg:
+                s = x
+                s.unmap()
+
+    def close(self):
+        if self.closed:
+            return
+        self.flush_acks()
+        for x in self.segs:
+            if x is not None:
+                (<Segment>x).close_files()
+        self.closed = True
+
+    def destroy(self):
+        """Close and remove every file of the store (queue deleted)."""
+        import shutil
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def segment_count(self):
+        return sum(1 for s in self.segs if s is not None)
+
+    @property
+    def mapped_segments(self):
+        return sum(1 for s in self.segs if s is not None and s.mapped)
+
+    # test helpers: append/shift/ack from Python with bytes records
+    def py_append(self, bytes rec):
+        cdef SP sp
+        self.append(rec, len(rec), &sp)
+        return (sp.seg, sp.pos, sp.size)
+
+    def py_shift(self):
+        cdef SP sp
+        cdef bint redelivered
+        cdef const char *p = self.shift(&sp, &redelivered)
+        if p is NULL:
+            return None
+        return (sp.seg, sp.pos, sp.size), p[:sp.size], redelivered
+
+    def py_delete(self, tuple sp):
+        cdef SP s
+        s.seg, s.pos, s.size = sp
+        self.delete(s)
+
+    def py_requeue(self, tuple sp):
+        cdef SP s
+        s.seg, s.pos, s.size = sp
+        self.requeue(s)
+
+    def py_flush(self):
+        self.flush_acks()

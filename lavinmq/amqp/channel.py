@@ -1,0 +1,299 @@
+"""Channel control methods: declarations, bindings, consumers, qos, tx and
+confirm selection. The message path (publish, deliver, ack) is in
+`_core.channel`; this class only adds what happens once per method."""
+import base64
+import logging
+import secrets
+
+from lavinmq._core.channel import Channel as CoreChannel, Consumer
+from lavinmq.errors import (
+    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed,
+)
+from lavinmq.exchange import DefaultExchange
+
+log = logging.getLogger("lavinmq.channel")
+
+
+class AMQPChannel(CoreChannel):
+    # class-level, so the cdef class needs no extra fields
+    def __init__(self, connection, channel_id):
+        super().__init__(connection.state, channel_id)
+        self.connection = connection
+        self.vhost = connection.vhost
+        self.user = connection.user
+
+    # -- permissions -------------------------------------------------------------
+
+    def _check(self, allowed, kind, what, name, class_id, method_id):
+        if not allowed:
+            raise AccessRefused(
+                f"access to {what} '{name}' in vhost '{self.vhost.name}' refused for user "
+                f"'{self.user.name}'", class_id, method_id)
+
+    def can_configure(self, name, what, class_id, method_id):
+        self._check(self.user.can_configure(self.vhost.name, name), "configure", what, name, class_id, method_id)
+
+    def can_write(self, name, what, class_id, method_id):
+        self._check(self.user.can_write(self.vhost.name, name), "write", what, name, class_id, method_id)
+
+    def can_read(self, name, what, class_id, method_id):
+        self._check(self.user.can_read(self.vhost.name, name), "read", what, name, class_id, method_id)
+
+    # -- the publish path's one upcall: an exchange the cache did not have -------
+
+    def lookup_exchange(self, name):
+        if name == "amq.default":
+            name = ""
+        ex = self.vhost.exchanges.get(name)
+        if ex is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{self.vhost.name}'", 60, 40)
+        if ex.internal:
+            raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost "
+                                f"'{self.vhost.name}'", 60, 40)
+        self.can_write(name, "exchange", 60, 40)
+        return ex
+
+    # -- exchange ---------------------------------------------------------------
+
+    def exchange_declare(self, args):
+        _, name, type_name, passive, durable, auto_delete, internal, nowait, arguments = args
+        if not passive:
+            self.can_configure(name, "exchange", 40, 10)
+        self.vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments, passive)
+        if not nowait:
+            self.send(40, 11)
+
+    def exchange_delete(self, args):
+        _, name, if_unused, nowait = args
+        self.can_configure(name, "exchange", 40, 20)
+        self.vhost.delete_exchange(name, if_unused)
+        if not nowait:
+            self.send(40, 21)
+
+    def exchange_bind(self, args):
+        _, dest, src, rk, nowait, arguments = args
+        self.can_write(dest, "exchange", 40, 30)
+        self.can_read(src, "exchange", 40, 30)
+        self.vhost.bind_exchange(dest, src, rk, arguments)
+        if not nowait:
+            self.send(40, 31)
+
+    def exchange_unbind(self, args):
+        _, dest, src, rk, nowait, arguments = args
+        self.can_write(dest, "exchange", 40, 40)
+        self.can_read(src, "exchange", 40, 40)
+        self.vhost.unbind_exchange(dest, src, rk, arguments)
+        if not nowait:
+            self.send(40, 51)
+
+    # -- queue ------------------------------------------------------------------
+
+    def queue_declare(self, args):
+        _, name, passive, durable, exclusive, auto_delete, nowait, arguments = args
+        conn = self.connection
+        if not passive and name:
+            self.can_configure(name, "queue", 50, 10)
+        q = self.vhost.declare_queue(name, durable, conn if exclusive else None, auto_delete,
+                                     arguments, passive)
+        if q.exclusive_owner is conn and q not in conn.exclusive_queues:
+            conn.exclusive_queues.append(q)
+        conn.last_queue = q.name
+        if not nowait:
+            self.send(50, 11, (q.name, q.message_count, q.consumer_count))
+
+    def _queue_name(self, name):
+        # an empty queue name means the last queue declared on this channel's connection
+        if name == "":
+            name = self.connection.last_queue or ""
+            if not name:
+                raise NotFound("no previously declared queue", 50, 0)
+        return name
+
+    def queue_bind(self, args):
+        _, queue, exchange, rk, nowait, arguments = args
+        queue = self._queue_name(queue)
+        self.can_write(queue, "queue", 50, 20)
+        self.can_read(exchange, "exchange", 50, 20)
+        self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
+        if not nowait:
+            self.send(50, 21)
+
+    def queue_unbind(self, args):
+        _, queue, exchange, rk, arguments = args
+        queue = self._queue_name(queue)
+        self.can_write(queue, "queue", 50, 50)
+        self.can_read(exchange, "exchange", 50, 50)
+        self.vhost.unbind_queue(queue, exchange, rk, arguments, connection=self.connection)
+        self.send(50, 51)
+
+    def queue_purge(self, args):
+        _, queue, nowait = args
+        queue = self._queue_name(queue)
+        self.can_read(queue, "queue", 50, 30)
+        q = self.vhost.get_queue(queue, 50, 30, self.connection)
+        count = q.purge()
+        if not nowait:
+            self.send(50, 31, (count,))
+
+    def queue_delete(self, args):
+        _, queue, if_unused, if_empty, nowait = args
+        queue = self._queue_name(queue)
+        self.can_configure(queue, "queue", 50, 40)
+        q = self.vhost.queues.get(queue)
+        if q is not None:
+            self.vhost.check_exclusive(q, self.connection, 50, 40)
+        count = self.vhost.delete_queue(queue, if_unused, if_empty)
+        if not nowait:
+            self.send(50, 41, (count,))
+
+    # -- basic ------------------------------------------------------------------
+
+    def basic_qos(self, args):
+        prefetch_size, prefetch_count, global_ = args
+        if prefetch_size:
+            raise NotImplemented_("prefetch_size is not supported", 60, 10)
+        if global_:
+            self.prefetch_global = prefetch_count
+            for c in self.consumers.values():
+                c.queue.notify()
+        else:
+            self.prefetch_consumer = prefetch_count
+        self.send(60, 11)
+
+    def basic_consume(self, args):
+        _, queue, tag, no_local, no_ack, exclusive, nowait, arguments = args
+        queue = self._queue_name(queue)
+        self.can_read(queue, "queue", 60, 20)
+        q = self.vhost.get_queue(queue, 60, 20, self.connection)
+        if not tag:
+            tag = "amq.ctag-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        elif tag in self.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
+        if exclusive and q.consumers:
+            raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
+        if any(c.exclusive for c in q.consumers):
+            raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
+        priority = (arguments or {}).get("x-priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise PreconditionFailed("x-priority must be an integer", 60, 20)
+        c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
+        self.add_consumer_slot(c)
+        self.consumers[tag] = c
+        if not nowait:
+            self.send(60, 21, (tag,))
+        q.add_consumer(c)
+
+    def basic_cancel(self, args):
+        tag, nowait = args
+        c = self.consumers.pop(tag, None)
+        if c is not None:
+            self._remove_consumer(c)
+        if not nowait:
+            self.send(60, 31, (tag,))
+
+    def _remove_consumer(self, c):
+        q = c.queue
+        q.remove_consumer(c)
+        self.release_consumer_slot(c)
+        if q.auto_delete and q.had_consumers and not q.consumers and q.name in self.vhost.queues:
+            self.vhost.delete_queue(q.name)
+
+    def server_cancel(self, c):
+        """The queue is gone: tell the client, if it understands basic.cancel."""
+        self.consumers.pop(c.tag, None)
+        self.release_consumer_slot(c)
+        if self.connection.capabilities.get("consumer_cancel_notify") and not self.closing:
+            self.send(60, 30, (c.tag, True))
+            self.connection.flush()
+
+    def basic_get(self, args):
+        _, queue, no_ack = args
+        queue = self._queue_name(queue)
+        self.can_read(queue, "queue", 60, 70)
+        q = self.vhost.get_queue(queue, 60, 70, self.connection)
+        CoreChannel.basic_get(self, q, no_ack)
+
+    def basic_recover(self, args):
+        self.requeue_all()
+        self.send(60, 111)
+
+    def basic_recover_async(self, args):
+        self.requeue_all()
+
+    # -- confirm / tx -------------------------------------------------------------
+
+    def confirm_select(self, args):
+        if self.tx:
+            raise PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
+        self.confirm = True
+        if not args[0]:
+            self.send(85, 11)
+
+    def tx_select(self, args):
+        if self.confirm:
+            raise PreconditionFailed("cannot switch from confirm to tx mode", 90, 10)
+        self.tx = True
+        self.send(90, 11)
+
+    def tx_commit(self, args):
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional", 90, 20)
+        self.commit()
+        self.send(90, 21)
+
+    def tx_rollback(self, args):
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional", 90, 30)
+        self.rollback()
+        self.send(90, 31)
+
+    # -- channel ------------------------------------------------------------------
+
+    def channel_flow(self, args):
+        self.flow_active = args[0]
+        self.send(20, 21, (self.flow_active,))
+        if self.flow_active:
+            for c in self.consumers.values():
+                c.queue.notify()
+
+    def access_request(self, args):
+        self.send(30, 11, (1,))
+
+    def send(self, class_id, method_id, args=()):
+        self.connection.send_method(self.id, class_id, method_id, tuple(args))
+
+    def cleanup(self):
+        """The channel is closing: requeue what is unacked, drop consumers."""
+        self.closing = True
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for c in consumers:
+            self._remove_consumer(c)
+        self.requeue_all()
+        self.rollback()
+
+
+# (class_id, method_id) -> AMQPChannel method name
+HANDLERS = {
+    (20, 20): "channel_flow",
+    (30, 10): "access_request",
+    (40, 10): "exchange_declare",
+    (40, 20): "exchange_delete",
+    (40, 30): "exchange_bind",
+    (40, 40): "exchange_unbind",
+    (50, 10): "queue_declare",
+    (50, 20): "queue_bind",
+    (50, 30): "queue_purge",
+    (50, 40): "queue_delete",
+    (50, 50): "queue_unbind",
+    (60, 10): "basic_qos",
+    (60, 20): "basic_consume",
+    (60, 30): "basic_cancel",
+    (60, 70): "basic_get",
+    (60, 100): "basic_recover_async",
+    (60, 110): "basic_recover",
+    (85, 10): "confirm_select",
+    (90, 10): "tx_select",
+    (90, 20): "tx_commit",
+    (90, 30): "tx_rollback",
+}

@@ -1,0 +1,306 @@
+"""The AMQP connection: handshake, tuning, channel lifecycle and error
+handling. Frames are parsed by `_core.connection.CoreConnection`; this class
+gets each non-publish method once, already decoded."""
+import asyncio
+import logging
+import platform
+
+import lavinmq
+from lavinmq._core.codec import decode_table_bytes
+from lavinmq._core.connection import CoreConnection
+from lavinmq.amqp.channel import HANDLERS, AMQPChannel
+from lavinmq.auth.users import is_loopback_address
+from lavinmq.errors import (
+    AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
+    NotAllowed, NotImplemented_, SyntaxError_, UnexpectedFrame,
+)
+
+log = logging.getLogger("lavinmq.connection")
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
+
+
+class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
+
+    def __init__(self, server):
+        self.server = server
+        self.config = server.config
+        self.channel_max = self.config.channel_max
+        self.frame_max = self.config.frame_max
+        self.state.max_message_size = self.config.max_message_size
+        self.heartbeat_interval = self.config.heartbeat
+        self.vhost = None
+        self.user = None
+        self.client_properties = {}
+        self.capabilities = {}
+        self.exclusive_queues = []
+        self.last_queue = None
+        self.peer = ("?", 0)
+        self.name = "?"
+
+    # -- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport):
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        self.peer = peer
+        self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        self.server.connections.add(self)
+        log.debug("connection from %s", self.name)
+
+    def connection_lost(self, exc):
+        self.phase = 4
+        self.state.closed = True
+        self.server.connections.discard(self)
+        self._cleanup()
+        self.transport = None
+        log.debug("connection %s closed", self.name)
+
+    def eof_received(self):
+        return False
+
+    def pause_writing(self):
+        self.state.paused = True
+
+    def resume_writing(self):
+        self.state.paused = False
+        for ch in self.channels:
+            if ch is not None:
+                for c in ch.consumers.values():
+                    c.queue.notify()
+
+    # -- handshake ------------------------------------------------------------------
+
+    def on_protocol_header(self):
+        props = {
+            "product": "LavinMQ",
+            "version": lavinmq.__version__,
+            "platform": f"Python {platform.python_version()}",
+            "information": "lavinmq for Python",
+            "capabilities": CAPABILITIES,
+        }
+        self.send_method(0, 10, 10, (0, 9, props, b"PLAIN AMQPLAIN", b"en_US"))
+
+    def bad_protocol_header(self):
+        self.send_raw(b"AMQP\x00\x00\x09\x01")
+        self.flush()
+        self.phase = 4
+        self.transport.close()
+
+    def on_method(self, ch, channel, class_id, method_id, args):
+        key = (class_id, method_id)
+        if self.phase == 1:
+            return self._handshake(ch, key, args)
+        if self.phase == 3:
+            if key == (10, 51):
+                self._close_transport()
+            elif key == (10, 50):
+                self.send_method(0, 10, 51)
+                self.flush()
+                self._close_transport()
+            return
+        if ch == 0:
+            if key == (10, 50):
+                self.send_method(0, 10, 51)
+                self.flush()
+                self._cleanup()
+                self._close_transport()
+            elif key == (10, 51):
+                self._close_transport()
+            elif key == (10, 70):
+                self.send_method(0, 10, 71)
+            elif key in ((10, 60), (10, 61)):
+                pass
+            elif class_id == 10:
+                raise CommandInvalid(f"unexpected method {class_id}/{method_id}", class_id, method_id)
+            else:
+                raise CommandInvalid("only connection methods are allowed on channel 0", class_id, method_id)
+            return
+        if channel is None:
+            # only channel.open reaches here for a channel that is not open
+            return self._open_channel(ch)
+        if key == (20, 40):
+            channel.cleanup()
+            self.send_method(ch, 20, 41)
+            self.channels[ch] = None
+            return
+        if key == (20, 41):
+            self.channels[ch] = None
+            return
+        if key == (20, 10):
+            raise ChannelErrorHard(f"channel {ch} is already open", 20, 10)
+        name = HANDLERS.get(key)
+        if name is None:
+            raise NotImplemented_(f"method {class_id}/{method_id} is not supported", class_id, method_id)
+        getattr(channel, name)(args)
+
+    def _handshake(self, ch, key, args):
+        if ch != 0:
+            raise UnexpectedFrame("channel methods before connection.open", key[0], key[1])
+        if key == (10, 11):
+            return self._start_ok(*args)
+        if key == (10, 31):
+            return self._tune_ok(*args)
+        if key == (10, 40):
+            return self._open(args[0])
+        if key == (10, 50):
+            self.send_method(0, 10, 51)
+            self.flush()
+            return self._close_transport()
+        raise CommandInvalid(f"unexpected method {key[0]}/{key[1]} during handshake", *key)
+
+    def _start_ok(self, client_properties, mechanism, response, locale):
+        if self.user is not None:
+            raise CommandInvalid("connection.start-ok sent twice", 10, 11)
+        self.client_properties = client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        username = password = None
+        if mechanism == "PLAIN":
+            parts = response.split(b"\x00")
+            if len(parts) == 3:
+                username, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        elif mechanism == "AMQPLAIN":
+            try:
+                table = decode_table_bytes(len(response).to_bytes(4, "big") + response)
+                username, password = str(table.get("LOGIN")), str(table.get("PASSWORD"))
+            except AMQPError:
+                pass
+        else:
+            raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
+        user = self.server.users.authenticate(username, password) if username is not None else None
+        if user is not None and getattr(user, "loopback_only", False) and not is_loopback_address(self.peer[0]):
+            log.warning("user %s may only connect from loopback, refused from %s", username, self.peer[0])
+            user = None
+        if user is None:
+            log.warning("login refused for user %r from %s", username, self.name)
+            raise AccessRefusedHard(
+                f"Login was refused using authentication mechanism {mechanism}. For details see the "
+                f"broker logfile.", 10, 11)
+        self.user = user
+        self.send_method(0, 10, 30, (self.channel_max, self.frame_max, self.heartbeat_interval))
+
+    def _tune_ok(self, channel_max, frame_max, heartbeat):
+        if self.user is None:
+            raise CommandInvalid("connection.tune-ok before start-ok", 10, 31)
+        if channel_max:
+            self.channel_max = min(channel_max, self.channel_max)
+        if frame_max:
+            if frame_max < 4096:
+                raise SyntaxError_(f"frame_max {frame_max} is below the minimum 4096", 10, 31)
+            if frame_max > self.frame_max:
+                raise SyntaxError_(f"frame_max {frame_max} is above the maximum {self.frame_max}", 10, 31)
+            self.frame_max = frame_max
+        self.state.frame_max = self.frame_max
+        self.heartbeat_interval = heartbeat
+
+    def _open(self, vhost_name):
+        if self.user is None:
+            raise CommandInvalid("connection.open before start-ok", 10, 40)
+        vhost = self.server.vhosts.get(vhost_name)
+        if vhost is None:
+            raise NotAllowed(f"vhost '{vhost_name}' not found", 10, 40)
+        if not self.user.can_access(vhost_name):
+            raise NotAllowed(f"access to vhost '{vhost_name}' refused for user '{self.user.name}'", 10, 40)
+        self.vhost = vhost
+        self.phase = 2
+        self.send_method(0, 10, 41, ("",))
+        log.info("connection %s opened by user %s on vhost %s", self.name, self.user.name, vhost_name)
+
+    # -- channels ---------------------------------------------------------------
+
+    def _open_channel(self, ch):
+        if ch > self.channel_max:
+            raise ChannelErrorHard(f"channel id {ch} above channel_max {self.channel_max}", 20, 10)
+        while len(self.channels) <= ch:
+            self.channels.append(None)
+        self.channels[ch] = AMQPChannel(self, ch)
+        self.send_method(ch, 20, 11, (b"",))
+
+    # -- errors -----------------------------------------------------------------
+
+    def channel_error(self, ch, exc):
+        channel = self.channels[ch] if ch < len(self.channels) else None
+        if channel is None or channel.closing:
+            return
+        log.info("channel %d of %s closed: %d %s", ch, self.name, exc.reply_code, exc.reply_text)
+        channel.cleanup()
+        self.send_method(ch, 20, 40, (exc.reply_code, _reply_text(exc), exc.class_id, exc.method_id))
+
+    def connection_error(self, exc):
+        if not isinstance(exc, AMQPError):
+            exc = InternalError(str(exc))
+        if isinstance(exc, InternalError):
+            log.error("internal error on %s: %s", self.name, exc, exc_info=exc)
+        else:
+            log.info("closing %s: %d %s", self.name, exc.reply_code, exc.reply_text)
+        if self.phase in (3, 4):
+            return
+        if self.phase == 0:
+            self._close_transport()
+            return
+        self.send_method(0, 10, 50, (exc.reply_code, _reply_text(exc), exc.class_id, exc.method_id))
+        self.phase = 3
+        self._cleanup()
+        self.flush()
+        loop = asyncio.get_running_loop()
+        loop.call_later(CLOSE_TIMEOUT, self._close_transport)
+
+    def close(self, code=320, text="CONNECTION_FORCED - broker shutdown"):
+        """Close from the server side (shutdown, management)."""
+        if self.phase == 2:
+            self.send_method(0, 10, 50, (code, text, 0, 0))
+            self.phase = 3
+            self._cleanup()
+            self.flush()
+        else:
+            self._close_transport()
+
+    def _close_transport(self):
+        self.phase = 4
+        if self.transport is not None:
+            self.flush()
+            self.transport.close()
+
+    def _cleanup(self):
+        for i, ch in enumerate(self.channels):
+            if ch is not None:
+                ch.cleanup()
+                self.channels[i] = None
+        queues, self.exclusive_queues = self.exclusive_queues, []
+        for q in queues:
+            if self.vhost is not None and self.vhost.queues.get(q.name) is q:
+                self.vhost.delete_queue(q.name)
+
+    # -- heartbeats (driven by the server's housekeeping timer) ----------------------
+
+    def check_heartbeat(self, now):
+        if self.phase != 2 or not self.heartbeat_interval:
+            return
+        if now - self.last_recv > 2 * self.heartbeat_interval:
+            log.warning("%s missed heartbeats, closing", self.name)
+            self.phase = 4
+            self.transport.abort()
+            return
+        if now - self.last_send >= self.heartbeat_interval / 2:
+            self.heartbeat()
+
+
+def _reply_text(exc):
+    from lavinmq.spec import REPLY_CODES
+    name = REPLY_CODES.get(exc.reply_code, ("ERROR",))[0]
+    text = f"{name} - {exc.reply_text}"
+    return text.encode()[:255].decode(errors="ignore")

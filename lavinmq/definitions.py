@@ -1,0 +1,102 @@
+"""definitions.amqp: a vhost's durable exchanges, queues and bindings, kept
+as the AMQP method frames they were declared with (LavinMQ's format): a u32
+version, then frames. Replayed on boot; rewritten from the live state when
+deletions pile up."""
+import logging
+import os
+import struct
+
+from lavinmq._core.codec import decode_method, encode_method_frame
+
+log = logging.getLogger("lavinmq.definitions")
+
+VERSION = 1
+COMPACT_AFTER = 1000   # delete/unbind frames before the file is rewritten
+
+EXCHANGE_DECLARE = (40, 10)
+EXCHANGE_DELETE = (40, 20)
+EXCHANGE_BIND = (40, 30)
+EXCHANGE_UNBIND = (40, 40)
+QUEUE_DECLARE = (50, 10)
+QUEUE_BIND = (50, 20)
+QUEUE_DELETE = (50, 40)
+QUEUE_UNBIND = (50, 50)
+KNOWN = {EXCHANGE_DECLARE, EXCHANGE_DELETE, EXCHANGE_BIND, EXCHANGE_UNBIND,
+         QUEUE_DECLARE, QUEUE_BIND, QUEUE_DELETE, QUEUE_UNBIND}
+
+
+class DefinitionsFile:
+    def __init__(self, path):
+        self.path = path
+        self.removals = 0
+        self.f = None
+
+    def read(self):
+        """-> list of ((class_id, method_id), args). A damaged tail is cut at
+        the last whole frame."""
+        out = []
+        if not os.path.exists(self.path):
+            return out
+        with open(self.path, "rb") as f:
+            data = f.read()
+        if len(data) < 4 or struct.unpack_from("<I", data)[0] != VERSION:
+            log.error("%s: unknown version, ignoring the file", self.path)
+            return out
+        pos = 4
+        good = pos
+        while pos + 7 <= len(data):
+            ftype, ch, size = struct.unpack_from(">BHI", data, pos)
+            end = pos + 7 + size
+            if ftype != 1 or end + 1 > len(data) or data[end] != 0xCE or size < 4:
+                break
+            cid, mid = struct.unpack_from(">HH", data, pos + 7)
+            try:
+                args = decode_method(cid, mid, data[pos + 11:end])
+            except Exception:
+                break
+            if (cid, mid) in KNOWN:
+                out.append(((cid, mid), args))
+            pos = end + 1
+            good = pos
+        if good != len(data):
+            log.warning("%s: damaged tail of %d bytes cut", self.path, len(data) - good)
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        return out
+
+    def open(self):
+        new = not os.path.exists(self.path) or os.path.getsize(self.path) < 4
+        self.f = open(self.path, "ab")
+        if new:
+            self.f.truncate(0)
+            self.f.write(struct.pack("<I", VERSION))
+            self.f.flush()
+
+    def append(self, key, args):
+        self.f.write(encode_method_frame(0, key[0], key[1], tuple(args)))
+        self.f.flush()
+        if key in (EXCHANGE_DELETE, EXCHANGE_UNBIND, QUEUE_DELETE, QUEUE_UNBIND):
+            self.removals += 1
+
+    def needs_compaction(self):
+        return self.removals >= COMPACT_AFTER
+
+    def rewrite(self, frames):
+        """Atomically replace the file with just these frames."""
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<I", VERSION))
+            for key, args in frames:
+                f.write(encode_method_frame(0, key[0], key[1], tuple(args)))
+            f.flush()
+            os.fsync(f.fileno())
+        if self.f:
+            self.f.close()
+        os.replace(tmp, self.path)
+        self.removals = 0
+        self.open()
+
+    def close(self):
+        if self.f:
+            self.f.close()
+            self.f = None

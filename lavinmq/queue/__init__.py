@@ -1,0 +1,3 @@
+from lavinmq.queue.classic import Queue
+
+__all__ = ["Queue"]

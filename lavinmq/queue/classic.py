@@ -1,0 +1,44 @@
+"""The classic queue: the control half over `_core.queue.Queue`."""
+from lavinmq._core.queue import Queue as CoreQueue
+from lavinmq.args import args_equal
+from lavinmq.errors import PreconditionFailed
+
+
+class Queue(CoreQueue):
+
+    def __init__(self, vhost, name, store, durable=True, exclusive_owner=None,
+                 auto_delete=False, arguments=None):
+        super().__init__(name, vhost, store)
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.had_consumers = False
+
+    @property
+    def exclusive(self):
+        return self.exclusive_owner is not None
+
+    def check_equivalent(self, durable, exclusive, auto_delete, arguments):
+        for name, mine, theirs in (("durable", self.durable, durable),
+                                   ("exclusive", self.exclusive, exclusive),
+                                   ("auto_delete", self.auto_delete, auto_delete)):
+            if mine != theirs:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{name}' for queue '{self.name}' in vhost "
+                    f"'{self.vhost.name}': received '{str(theirs).lower()}' but current is "
+                    f"'{str(mine).lower()}'", 50, 10)
+        diff = args_equal(self.arguments, arguments)
+        if diff is not None:
+            raise PreconditionFailed(
+                f"inequivalent arg '{diff}' for queue '{self.name}' in vhost '{self.vhost.name}'", 50, 10)
+
+    def add_consumer(self, consumer):
+        self.had_consumers = True
+        super().add_consumer(consumer)
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return f"<Queue {self.name!r} ready={self.message_count} consumers={self.consumer_count}>"

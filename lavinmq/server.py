@@ -1,0 +1,152 @@
+"""The broker process: vhosts, the AMQP listener, housekeeping timers, and
+clean shutdown on SIGTERM/SIGINT."""
+import asyncio
+import logging
+import os
+import signal
+import time
+
+import orjson
+
+import lavinmq
+from lavinmq.amqp.connection import AMQPConnection
+from lavinmq.auth.users import UserStore
+from lavinmq.vhost import VHost, sha1
+
+log = logging.getLogger("lavinmq.server")
+
+HOUSEKEEPING_INTERVAL = 1.0     # heartbeats are checked this often
+UNMAP_EVERY = 5                 # housekeeping rounds between unmapping idle segments
+
+
+class Server:
+    def __init__(self, config):
+        self.config = config
+        self.data_dir = config.data_dir
+        self.connections = set()
+        self.vhosts = {}
+        self.users = UserStore(self.data_dir, config.default_user, config.default_password)
+        self.listeners = []
+        self._housekeeping = None
+        self._load_vhosts()
+
+    # -- vhosts ------------------------------------------------------------------
+
+    @property
+    def _vhosts_path(self):
+        return os.path.join(self.data_dir, "vhosts.json")
+
+    def _load_vhosts(self):
+        try:
+            with open(self._vhosts_path, "rb") as f:
+                names = [v["name"] for v in orjson.loads(f.read())]
+        except FileNotFoundError:
+            names = ["/"]
+        for name in names:
+            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size)
+        self._save_vhosts()
+
+    def _save_vhosts(self):
+        data = orjson.dumps([{"name": n, "dir": sha1(n)} for n in self.vhosts], option=orjson.OPT_INDENT_2)
+        tmp = self._vhosts_path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._vhosts_path)
+
+    def add_vhost(self, name):
+        if name not in self.vhosts:
+            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size)
+            self._save_vhosts()
+        return self.vhosts[name]
+
+    def delete_vhost(self, name):
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return False
+        for conn in list(self.connections):
+            if conn.vhost is vhost:
+                conn.close(320, "CONNECTION_FORCED - vhost deleted")
+        vhost.close()
+        import shutil
+        shutil.rmtree(vhost.dir, ignore_errors=True)
+        self.users.remove_vhost(name)
+        self._save_vhosts()
+        return True
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self):
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: AMQPConnection(self), self.config.amqp_bind, self.config.amqp_port,
+            reuse_address=True, backlog=1024)
+        self.listeners.append(server)
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            log.info("AMQP listening on %s:%d", host, port)
+        self._housekeeping = loop.create_task(self._housekeep())
+
+    async def _housekeep(self):
+        rounds = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
+            rounds += 1
+            now = time.monotonic()
+            for conn in list(self.connections):
+                try:
+                    conn.check_heartbeat(now)
+                except Exception:
+                    log.exception("heartbeat check failed for %s", conn.name)
+            if rounds % UNMAP_EVERY == 0:
+                for vhost in self.vhosts.values():
+                    vhost.unmap_idle()
+
+    async def stop(self):
+        log.info("shutting down")
+        for server in self.listeners:
+            server.close()
+        if self._housekeeping:
+            self._housekeeping.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        # give clients a moment to answer close-ok
+        for _ in range(20):
+            if not self.connections:
+                break
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn._close_transport()
+        for vhost in self.vhosts.values():
+            vhost.close()
+        for server in self.listeners:
+            await server.wait_closed()
+        log.info("stopped")
+
+
+async def serve(config):
+    server = Server(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
+    await stop.wait()
+    await server.stop()
+    return 0
+
+
+def _loop_kind():
+    # uvloop unless told otherwise; the test suite also runs on asyncio's loop
+    return os.environ.get("LAVINMQ_EVENT_LOOP") or os.environ.get("LAVINMQ_TEST_LOOP") or "uvloop"
+
+
+def run(config):
+    """Run the broker until SIGTERM/SIGINT. Returns the exit code."""
+    if _loop_kind() == "uvloop":
+        import uvloop
+        return uvloop.run(serve(config))
+    return asyncio.run(serve(config))
