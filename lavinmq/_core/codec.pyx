@@ -438,3 +438,12 @@ def encode_properties(dict props, bint little_endian=False):
 
 def properties_length(bytes data, bint little_endian=False):
     return props_convert(data, len(data), NULL, little_endian)
+
+
+def convert_properties(bytes data, bint from_disk):
+    """The same property list in the other byte order (wire <-> disk)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, len(data))
+    cdef Py_ssize_t n = props_convert(data, len(data), <char *><const char *>out, from_disk)
+    if n != len(data):
+        raise SyntaxError_("bytes after the property list")
+    return out

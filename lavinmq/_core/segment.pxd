@@ -30,6 +30,7 @@ cdef class Segment:
         readonly uint32_t msg_count
         readonly uint32_t ack_count
         bint writable
+        bint dropped            # files removed; the object may linger in lists
         int ack_fd
         uint32_t *pending       # deleted positions not yet written to acks.N
         Py_ssize_t n_pending

@@ -372,6 +372,10 @@ cdef class MessageStore:
 
     def _drop(self, Segment s):
         cdef Py_ssize_t idx = <Py_ssize_t>s.id - <Py_ssize_t>self.base_id
+        if s.dropped:
+            return
+        s.dropped = True
+        s.n_pending = 0      # its ack file goes with it
         s.close_files()
         for p in (s.path, s.ack_path):
             try:
@@ -513,6 +517,8 @@ cdef class MessageStore:
         self.dirty = []
         for x in dirty:
             s = <Segment>x
+            if s.dropped:
+                continue
             s.flush_pending()
             if s.ack_count == s.msg_count:
                 self.maybe_drop_segment(s)
