@@ -1,0 +1,65 @@
+# cython: language_level=3
+"""Debug counters. `count_allocations()` wraps CPython's object allocator
+(PYMEM_DOMAIN_OBJ) with one that counts calls and delegates to the original,
+the way tracemalloc hooks it, so a test can check that the message path
+creates no Python object per message."""
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemAllocatorEx:
+        void *ctx
+        void *(*malloc)(void *ctx, size_t size) noexcept nogil
+        void *(*calloc)(void *ctx, size_t nelem, size_t elsize) noexcept nogil
+        void *(*realloc)(void *ctx, void *ptr, size_t new_size) noexcept nogil
+        void (*free)(void *ctx, void *ptr) noexcept nogil
+    ctypedef enum PyMemAllocatorDomain:
+        PYMEM_DOMAIN_OBJ
+    void PyMem_GetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
+    void PyMem_SetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
+
+cdef PyMemAllocatorEx _orig
+cdef bint _installed = False
+cdef unsigned long long _count = 0
+
+
+cdef void *_malloc(void *ctx, size_t size) noexcept nogil:
+    global _count
+    _count += 1
+    return _orig.malloc(_orig.ctx, size)
+
+
+cdef void *_calloc(void *ctx, size_t nelem, size_t elsize) noexcept nogil:
+    global _count
+    _count += 1
+    return _orig.calloc(_orig.ctx, nelem, elsize)
+
+
+cdef void *_realloc(void *ctx, void *ptr, size_t new_size) noexcept nogil:
+    global _count
+    if ptr == NULL:
+        _count += 1
+    return _orig.realloc(_orig.ctx, ptr, new_size)
+
+
+cdef void _free(void *ctx, void *ptr) noexcept nogil:
+    _orig.free(_orig.ctx, ptr)
+
+
+def count_allocations():
+    """Start counting object allocations (idempotent)."""
+    global _installed
+    cdef PyMemAllocatorEx hook
+    if _installed:
+        return
+    PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &_orig)
+    hook.ctx = NULL
+    hook.malloc = _malloc
+    hook.calloc = _calloc
+    hook.realloc = _realloc
+    hook.free = _free
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &hook)
+    _installed = True
+
+
+def allocations():
+    """Object allocations since count_allocations()."""
+    return _count
