@@ -1,0 +1,1 @@
+"""lavinmqperf: load generator and benchmark tool, LavinMQ's command line."""

@@ -1,0 +1,3 @@
+from lavinmq.perf.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""lavinmqperf command line (LavinMQ's flags)."""
+import argparse
+import asyncio
+import sys
+
+import lavinmq
+
+
+def add_throughput(sub):
+    p = sub.add_parser("throughput", help="publish/consume throughput")
+    p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    p.add_argument("-x", "--publishers", type=int, default=1)
+    p.add_argument("-y", "--consumers", type=int, default=1)
+    p.add_argument("-s", "--size", type=int, default=16, help="message body size in bytes")
+    p.add_argument("-V", "--verify", action="store_true", help="verify message bodies")
+    p.add_argument("-a", "--ack", type=int, default=0, help="ack every N messages (0: no-ack)")
+    p.add_argument("-c", "--confirm", type=int, default=0, help="max unconfirmed publishes")
+    p.add_argument("-t", "--transaction", type=int, default=0, help="publishes per transaction")
+    p.add_argument("-T", "--transaction-acks", type=int, default=0, help="acks per transaction")
+    p.add_argument("-u", "--queue", default="perf-test")
+    p.add_argument("-k", "--routing-key", default=None)
+    p.add_argument("-e", "--exchange", default="")
+    p.add_argument("-r", "--rate", type=int, default=0, help="max publish rate per publisher")
+    p.add_argument("-R", "--consumer-rate", type=int, default=0, help="max consume rate per consumer")
+    p.add_argument("-p", "--persistent", action="store_true")
+    p.add_argument("-P", "--prefetch", type=int, default=0)
+    p.add_argument("-g", "--poll", action="store_true", help="basic.get instead of consume")
+    p.add_argument("-j", "--json", action="store_true")
+    p.add_argument("-z", "--time", type=float, default=0, help="seconds to run")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-C", "--pmessages", type=int, default=0, help="messages per publisher")
+    p.add_argument("-D", "--cmessages", type=int, default=0, help="messages per consumer")
+    p.add_argument("--queue-args", default=None, help="JSON object")
+    p.add_argument("--consumer-args", default=None, help="JSON object")
+    p.add_argument("-l", "--measure-latency", action="store_true")
+    return p
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="lavinmqperf")
+    parser.add_argument("-v", "--version", action="version", version=f"lavinmqperf {lavinmq.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_throughput(sub)
+    opts = parser.parse_args(argv)
+    if opts.command == "throughput":
+        from lavinmq.perf.throughput import run
+        try:
+            import uvloop
+            uvloop.run(run(opts))
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:
+            print(f"lavinmqperf: error: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""`lavinmqperf throughput`: publishers and consumers on their own
+connections, a rate line per second, a summary at the end."""
+import asyncio
+import sys
+import time
+
+import orjson
+
+from lavinmq.perf.client import Client, ack_frame, publish_frames
+
+
+class Stats:
+    def __init__(self):
+        self.published = 0
+        self.consumed = 0
+        self.clients_pub = []
+        self.clients_con = []
+
+    def pub_count(self):
+        return self.published + sum(p.sent for p in self.clients_pub)
+
+    def con_count(self):
+        return self.consumed + sum(c.scanner.deliveries for c in self.clients_con)
+
+
+async def setup(opts):
+    c = await Client.connect(opts.uri)
+    await c.open_channel(1)
+    if opts.queue:
+        args = orjson.loads(opts.queue_args) if opts.queue_args else {}
+        await c.call(1, 50, 10, (0, opts.queue, False, opts.persistent, False, False, False, args),
+                     (50, 11))
+        if opts.exchange:
+            await c.call(1, 50, 20, (0, opts.queue, opts.exchange, opts.routing_key or opts.queue,
+                                     False, {}), (50, 21))
+    await c.close()
+
+
+async def publisher(opts, stats, deadline):
+    c = await Client.connect(opts.uri)
+    c.sent = 0
+    stats.clients_pub.append(c)
+    await c.open_channel(1)
+    if opts.confirm:
+        await c.call(1, 85, 10, (False,), (85, 11))
+    if opts.transaction:
+        await c.call(1, 90, 10, (), (90, 11))
+    rk = opts.routing_key if opts.routing_key is not None else opts.queue
+    body = b"\x00" * opts.size
+    msg = publish_frames(1, opts.exchange, rk, body, opts.persistent, c.frame_max)
+    batch_n = max(1, min(1000, 262144 // len(msg)))
+    progress = asyncio.Event()
+    c.on_progress = progress.set
+    started = time.monotonic()
+    limit = opts.pmessages or 0
+    while time.monotonic() < deadline and not c.closed.done():
+        n = batch_n
+        if limit:
+            n = min(n, limit - c.sent)
+            if n <= 0:
+                break
+        if opts.rate:
+            due = int((time.monotonic() - started) * opts.rate) - c.sent
+            if due <= 0:
+                await asyncio.sleep(0.001)
+                continue
+            n = min(n, due)
+        if opts.confirm:
+            room = opts.confirm - (c.sent - c.scanner.confirms_acked_upto)
+            if room <= 0:
+                progress.clear()
+                await progress.wait()
+                continue
+            n = min(n, room)
+        if opts.transaction:
+            n = min(n, opts.transaction - c.sent % opts.transaction)
+        if opts.measure_latency:
+            now = time.monotonic_ns().to_bytes(8, "big")
+            msg = publish_frames(1, opts.exchange, rk, now + body[8:], opts.persistent, c.frame_max)
+        c.transport.write(msg * n)
+        c.sent += n
+        if opts.transaction and c.sent % opts.transaction == 0:
+            await c.call(1, 90, 20, (), (90, 21))
+        if c.paused:
+            await c.drain()
+        else:
+            await asyncio.sleep(0)
+    return c
+
+
+async def consumer(opts, stats, deadline):
+    c = await Client.connect(opts.uri)
+    stats.clients_con.append(c)
+    await c.open_channel(1)
+    sc = c.scanner
+    if opts.measure_latency:
+        sc.measure_latency = True
+    ack_every = opts.ack
+    if opts.prefetch:
+        await c.call(1, 60, 10, (0, opts.prefetch, False), (60, 11))
+    state = {"acked": 0}
+
+    def on_progress():
+        if ack_every and sc.deliveries - state["acked"] >= ack_every:
+            c.transport.write(ack_frame(1, sc.last_delivery_tag))
+            state["acked"] = sc.deliveries
+        if opts.consumer_rate:
+            # pace by pausing reads while ahead of the wanted rate
+            ahead = sc.deliveries - (time.monotonic() - started) * opts.consumer_rate
+            if ahead > 0:
+                c.transport.pause_reading()
+                asyncio.get_running_loop().call_later(ahead / opts.consumer_rate, c.transport.resume_reading)
+
+    started = time.monotonic()
+    c.on_progress = on_progress
+    if opts.poll:
+        while time.monotonic() < deadline and not c.closed.done():
+            if opts.cmessages and sc.deliveries >= opts.cmessages:
+                break
+            reply = c.wait(1, (60, 71), (60, 72))
+            c.send(1, 60, 70, (0, opts.queue, not ack_every))
+            try:
+                await reply
+            except asyncio.InvalidStateError:
+                pass
+            if ack_every and sc.deliveries - state["acked"] >= ack_every:
+                c.transport.write(ack_frame(1, sc.last_delivery_tag))
+                state["acked"] = sc.deliveries
+        return c
+    args = orjson.loads(opts.consumer_args) if opts.consumer_args else {}
+    await c.call(1, 60, 20, (0, opts.queue, "", False, not ack_every, False, False, args), (60, 21))
+    while time.monotonic() < deadline and not c.closed.done():
+        if opts.cmessages and sc.deliveries >= opts.cmessages:
+            break
+        await asyncio.sleep(0.05)
+    return c
+
+
+def rate(n, seconds):
+    return int(n / seconds) if seconds > 0 else 0
+
+
+async def run(opts):
+    stats = Stats()
+    await setup(opts)
+    deadline = time.monotonic() + (opts.time or 1e9)
+    tasks = [asyncio.ensure_future(consumer(opts, stats, deadline)) for _ in range(opts.consumers)]
+    await asyncio.sleep(0.1 if opts.consumers else 0)
+    tasks += [asyncio.ensure_future(publisher(opts, stats, deadline)) for _ in range(opts.publishers)]
+    start = time.monotonic()
+    last_t, last_p, last_c = start, 0, 0
+    while not all(t.done() for t in tasks):
+        await asyncio.sleep(1)
+        now = time.monotonic()
+        p, c = stats.pub_count(), stats.con_count()
+        if not opts.quiet and not opts.json:
+            print(f"Publish rate: {rate(p - last_p, now - last_t)} msgs/s "
+                  f"Consume rate: {rate(c - last_c, now - last_t)} msgs/s", flush=True)
+        last_t, last_p, last_c = now, p, c
+        if opts.consumers and opts.pmessages and not opts.cmessages and p >= opts.pmessages * opts.publishers \
+                and c >= p:
+            break
+    elapsed = time.monotonic() - start
+    clients = []
+    for t in tasks:
+        if t.done() and t.exception() is not None:
+            raise t.exception()
+        if t.done():
+            clients.append(t.result())
+        else:
+            t.cancel()
+    p, c = stats.pub_count(), stats.con_count()
+    result = {
+        "elapsed_seconds": round(elapsed, 3),
+        "avg_pub_rate": rate(p, elapsed),
+        "avg_consume_rate": rate(c, elapsed),
+        "published": p,
+        "consumed": c,
+    }
+    if opts.measure_latency:
+        result.update(latency_summary(stats.clients_con))
+    for cl in stats.clients_pub + stats.clients_con:
+        try:
+            await cl.close()
+        except Exception:
+            pass
+    if opts.json:
+        print(orjson.dumps(result).decode())
+    else:
+        print("Summary:")
+        print(f"Average publish rate: {result['avg_pub_rate']} msgs/s")
+        print(f"Average consume rate: {result['avg_consume_rate']} msgs/s")
+        if opts.measure_latency:
+            print(f"Latency p50: {result['latency_p50_ms']} ms p95: {result['latency_p95_ms']} ms "
+                  f"p99: {result['latency_p99_ms']} ms")
+    return result
+
+
+def latency_summary(consumers):
+    samples = []
+    for c in consumers:
+        samples.extend(c.scanner.latency_samples())
+    samples.sort()
+    if not samples:
+        return {"latency_p50_ms": None, "latency_p95_ms": None, "latency_p99_ms": None}
+
+    def pct(p):
+        return round(samples[min(len(samples) - 1, int(len(samples) * p))] / 1e6, 3)
+    return {"latency_p50_ms": pct(0.50), "latency_p95_ms": pct(0.95), "latency_p99_ms": pct(0.99)}
