@@ -1,0 +1,130 @@
+"""Broker fixtures: the real server as a subprocess on a free port with a
+temporary data directory. LAVINMQ_TEST_URL points the suite at another
+broker instead (e.g. RabbitMQ, to check what a test expects);
+LAVINMQ_TEST_LOOP=asyncio|uvloop picks the broker's event loop."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unique(prefix="t"):
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class BrokerProcess:
+    external = False
+
+    def __init__(self, data_dir, port=None, extra_args=()):
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.data_dir = str(data_dir)
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.log_path = os.path.join(self.data_dir + ".log")
+        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def start(self, timeout=30):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lavinmq", "-D", self.data_dir, "-p", str(self.port),
+             "--amqp-bind", self.host, "--http-port", "0", "-l", "info", *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not start in {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, timeout=15):
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"broker ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self):
+        rc = self.stop()
+        assert rc == 0, f"broker exited with {rc}:\n{self.log_tail()}"
+        return self.start()
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines=40):
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def check_clean(self):
+        text = self.log_text()
+        assert "Traceback (most recent call last)" not in text, f"broker logged a traceback:\n{text[-5000:]}"
+
+
+class ExternalBroker:
+    external = True
+
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.url = url
+        self.host = u.hostname
+        self.port = u.port or 5672
+        self.data_dir = None
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    url = os.environ.get("LAVINMQ_TEST_URL")
+    if url:
+        yield ExternalBroker(url)
+        return
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()
+    yield b
+    rc = b.stop()
+    b.check_clean()
+    assert rc == 0, f"broker exited with {rc}:\n{b.log_tail()}"
+
+
+@pytest.fixture
+def fresh_broker(tmp_path):
+    if os.environ.get("LAVINMQ_TEST_URL"):
+        pytest.skip("needs its own broker process")
+    b = BrokerProcess(tmp_path / "data").start()
+    yield b
+    if b.proc.poll() is None:
+        b.stop()
+    b.check_clean()
+
+
+@pytest.fixture
+def name():
+    return unique()

@@ -1,0 +1,92 @@
+"""Durable state across a clean restart and across SIGKILL."""
+import pika
+import pytest
+
+from tests.conftest import unique
+
+
+def connect(b):
+    return pika.BlockingConnection(pika.URLParameters(b.url))
+
+
+def fill(b, q, ex, n):
+    c = connect(b)
+    ch = c.channel()
+    ch.exchange_declare(ex, "topic", durable=True)
+    ch.queue_declare(q, durable=True)
+    ch.queue_bind(q, ex, "k.#")
+    ch.queue_declare(q + "-transient", durable=False)
+    ch.confirm_delivery()
+    for i in range(n):
+        ch.basic_publish(ex, "k.x", b"%06d" % i, pika.BasicProperties(delivery_mode=2, headers={"i": i}))
+    # ack the first tenth
+    for _ in range(n // 10):
+        m, p, body = ch.basic_get(q)
+        ch.basic_ack(m.delivery_tag)
+    c.close()
+
+
+def check(b, q, ex, n):
+    c = connect(b)
+    ch = c.channel()
+    assert ch.queue_declare(q, passive=True).method.message_count == n - n // 10
+    ch.basic_publish(ex, "k.y", b"after", pika.BasicProperties(delivery_mode=2))   # binding survived
+    bodies = []
+    while True:
+        m, p, body = ch.basic_get(q, auto_ack=True)
+        if m is None:
+            break
+        bodies.append(body)
+        if body != b"after":
+            assert p.headers == {"i": int(body)} and p.delivery_mode == 2
+    assert bodies == [b"%06d" % i for i in range(n // 10, n)] + [b"after"]
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q + "-transient", passive=True)
+    assert e.value.args[0] == 404
+    c.close()
+
+
+@pytest.mark.parametrize("how", ["graceful", "sigkill"])
+def test_durable_messages_survive(fresh_broker, how):
+    q, ex = unique(), unique()
+    n = 30000     # several segments' worth with headers
+    fill(fresh_broker, q, ex, n)
+    if how == "graceful":
+        fresh_broker.restart()
+    else:
+        fresh_broker.kill()
+        fresh_broker.start()
+    check(fresh_broker, q, ex, n)
+
+
+def test_deleted_things_stay_deleted(fresh_broker):
+    c = connect(fresh_broker)
+    ch = c.channel()
+    ch.exchange_declare("gone-ex", "direct", durable=True)
+    ch.queue_declare("gone-q", durable=True)
+    ch.queue_declare("kept-q", durable=True)
+    ch.queue_bind("kept-q", "gone-ex", "k")
+    ch.exchange_delete("gone-ex")
+    ch.queue_delete("gone-q")
+    c.close()
+    fresh_broker.restart()
+    c = connect(fresh_broker)
+    ch = c.channel()
+    ch.queue_declare("kept-q", passive=True)
+    for kind, name in (("exchange", "gone-ex"), ("queue", "gone-q")):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch = c.channel()
+            if kind == "exchange":
+                ch.exchange_declare(name, passive=True)
+            else:
+                ch.queue_declare(name, passive=True)
+    c.close()
+
+
+def test_second_broker_on_same_data_dir_refused(fresh_broker):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "lavinmq", "-D", fresh_broker.data_dir, "-p", "0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "locked by another lavinmq process" in r.stderr
