@@ -144,8 +144,17 @@ def _loop_kind():
     return os.environ.get("LAVINMQ_EVENT_LOOP") or os.environ.get("LAVINMQ_TEST_LOOP") or "uvloop"
 
 
+def raise_fd_limit():
+    """Every connection is a socket: use the hard limit, as LavinMQ does."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(config):
     """Run the broker until SIGTERM/SIGINT. Returns the exit code."""
+    raise_fd_limit()
     if _loop_kind() == "uvloop":
         import uvloop
         return uvloop.run(serve(config))

@@ -27,4 +27,5 @@ cdef class Exchange:
         public uint64_t publish_in_count
         public uint64_t publish_out_count
 
+    cdef int alloc_cache(self) except -1
     cdef tuple route(self, const char *rk, Py_ssize_t rklen, const char *props_le, Py_ssize_t props_len)

@@ -8,7 +8,7 @@ from cpython.list cimport PyList_GET_ITEM
 from lavinmq._core.codec import decode_properties
 
 cdef enum:
-    CACHE_SLOTS = 1024
+    CACHE_SLOTS = 256
 
 
 cdef inline uint64_t fnv1a(const char *p, Py_ssize_t n) noexcept nogil:
@@ -28,6 +28,10 @@ cdef class RoutingVersion:
 cdef class Exchange:
 
     def __cinit__(self, *args, **kwargs):
+        self.cacheable = True
+
+    cdef int alloc_cache(self) except -1:
+        # on first publish only: most exchanges in a big setup never route
         self.c_hash = <uint64_t *>calloc(CACHE_SLOTS, sizeof(uint64_t))
         self.c_version = <uint64_t *>calloc(CACHE_SLOTS, sizeof(uint64_t))
         if self.c_hash is NULL or self.c_version is NULL:
@@ -35,7 +39,7 @@ cdef class Exchange:
         self.c_keys = [None] * CACHE_SLOTS
         self.c_vals = [None] * CACHE_SLOTS
         self.c_mask = CACHE_SLOTS - 1
-        self.cacheable = True
+        return 0
 
     def __dealloc__(self):
         free(self.c_hash)
@@ -49,6 +53,8 @@ cdef class Exchange:
         cdef uint64_t ver = self.version.value + 1   # 0 marks an empty slot
         self.publish_in_count += 1
         if self.cacheable:
+            if self.c_hash is NULL:
+                self.alloc_cache()
             h = fnv1a(rk, rklen)
             slot = h & self.c_mask
             if self.c_hash[slot] == h and self.c_version[slot] == ver:
@@ -56,11 +62,17 @@ cdef class Exchange:
                 if PyBytes_GET_SIZE(key) == rklen and memcmp(PyBytes_AS_STRING(key), rk, rklen) == 0:
                     return <tuple>PyList_GET_ITEM(self.c_vals, slot)
         key = rk[:rklen]
-        headers = None
-        if props_le is not NULL and not self.cacheable:
-            headers = decode_properties(props_le[:props_len], True).get("headers") or {}
-        queues, cacheable = self.resolve(key.decode("utf-8", "surrogateescape"), headers)
-        if self.cacheable and cacheable:
+        skey = key.decode("utf-8", "surrogateescape")
+        cacheable = False
+        if self.cacheable:
+            queues, cacheable = self.resolve(skey, None)
+        if not cacheable:
+            # a headers exchange on the way: route again with the message's headers
+            headers = {}
+            if props_le is not NULL:
+                headers = decode_properties(props_le[:props_len], True).get("headers") or {}
+            queues, _ = self.resolve(skey, headers)
+        if cacheable:
             self.c_hash[slot] = h
             self.c_version[slot] = ver
             self.c_keys[slot] = key

@@ -108,7 +108,7 @@ cdef class Segment:
             length = SEGMENT_HEADER
         fd = self.fd
         if fd < 0:
-            fd = c_open(self.path.encode(), O_RDONLY)
+            fd = c_open(self.path.encode(), O_RDWR if self.writable else O_RDONLY)
             if fd < 0:
                 PyErr_SetFromErrno(OSError)
                 return -1
@@ -263,6 +263,9 @@ cdef class MessageStore:
             if file_len < s.capacity and ftruncate(s.fd, s.capacity) != 0:
                 PyErr_SetFromErrno(OSError)
         s.map()
+        if s.fd >= 0:
+            c_close(s.fd)
+            s.fd = -1
         if le32(s.base) != SCHEMA_VERSION:
             raise OSError(f"{s.path}: unknown segment schema version {le32(s.base)}")
         n_acked = self.read_acks(s, &acked)
@@ -350,6 +353,9 @@ cdef class MessageStore:
             PyErr_SetFromErrno(OSError)
             return -1
         s.map()
+        # the mapping keeps the file: no fd per queue (10k queues, 10k fds otherwise)
+        c_close(s.fd)
+        s.fd = -1
         put_le32(s.base, SCHEMA_VERSION)
         s.size = SEGMENT_HEADER
         while self.base_id + len(self.segs) < seg_id:
@@ -363,10 +369,7 @@ cdef class MessageStore:
         s.writable = False
         if s is not self.rseg:
             s.unmap()
-        if s.fd >= 0:
-            ftruncate(s.fd, s.size)
-            c_close(s.fd)
-            s.fd = -1
+        os.truncate(s.path, s.size)
         s.capacity = s.size
         self.maybe_drop_segment(s)
 

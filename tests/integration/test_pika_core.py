@@ -542,3 +542,16 @@ def test_tx_commit_without_select_406(ch):
     with pytest.raises(ChannelClosedByBroker) as e:
         ch.tx_commit()
     assert closed_code(e) == 406
+
+
+def test_direct_exchange_bound_to_headers_exchange(ch):
+    # the direct exchange's route cache must not swallow a headers decision downstream
+    d, h, q = unique(), unique(), unique()
+    ch.exchange_declare(d, "direct", auto_delete=True)
+    ch.exchange_declare(h, "headers", auto_delete=True)
+    ch.exchange_bind(h, d, "k")
+    ch.queue_declare(q, auto_delete=True)
+    ch.queue_bind(q, h, arguments={"x-match": "all", "color": "red"})
+    for color in ("red", "blue", "red"):
+        ch.basic_publish(d, "k", color.encode(), pika.BasicProperties(headers={"color": color}))
+    assert get_all(ch, q) == [b"red", b"red"]
