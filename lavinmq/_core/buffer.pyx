@@ -130,7 +130,7 @@ cdef class WriteBuffer:
 
 cdef int reader_need(Reader *r, Py_ssize_t n) except -1:
     if n < 0 or r.pos + n > r.len:
-        raise SyntaxError_("truncated method arguments")
+        raise FrameError("truncated frame: arguments run past the end")
     return 0
 
 cdef uint8_t read_u8(Reader *r) except? 0xff:

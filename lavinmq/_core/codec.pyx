@@ -106,7 +106,7 @@ cdef object decode_field_value(Reader *r, int depth):
         return decode_table(r, depth + 1)
     elif t == b"A":
         if depth >= MAX_TABLE_DEPTH:
-            raise SyntaxError_("field table nested too deep")
+            raise FrameError("field table nested too deep")
         s = read_longstr(r, &n)
         sub.p = s
         sub.len = n
@@ -115,7 +115,7 @@ cdef object decode_field_value(Reader *r, int depth):
         while sub.pos < sub.len:
             items.append(decode_field_value(&sub, depth + 1))
         return items
-    raise SyntaxError_(f"unknown field type {chr(t)!r}")
+    raise FrameError(f"unknown field type {chr(t)!r}")
 
 
 cdef object decode_table(Reader *r, int depth):
@@ -125,7 +125,7 @@ cdef object decode_table(Reader *r, int depth):
     cdef Reader sub
     cdef dict out = {}
     if depth >= MAX_TABLE_DEPTH:
-        raise SyntaxError_("field table nested too deep")
+        raise FrameError("field table nested too deep")
     s = read_longstr(r, &n)
     sub.p = s
     sub.len = n

@@ -179,7 +179,8 @@ cdef class CoreConnection:
                 return None
             raise UnexpectedFrame("content frame before the connection is open")
         if ch == 0 or ch >= len(self.channels) or self.channels[ch] is None:
-            raise ChannelErrorHard(f"content frame on channel {ch} that is not open")
+            # RabbitMQ answers 505 here, and clients expect it
+            raise UnexpectedFrame(f"content frame on channel {ch} that is not open")
         c = self.channels[ch]
         if (<Channel>c).closing:
             return None
@@ -217,7 +218,7 @@ cdef class CoreConnection:
                     return c.on_publish(p + 4, size - 4)
                 if mid == spec.BASIC_ACK or mid == spec.BASIC_REJECT or mid == spec.BASIC_NACK:
                     if size < 13:
-                        raise SyntaxError_("truncated method arguments", cid, mid)
+                        raise FrameError("truncated method arguments", cid, mid)
                     bits = <uint8_t>p[12]
                     if mid == spec.BASIC_ACK:
                         return c.on_ack(be64(p + 4), bits & 1, 0)

@@ -93,7 +93,9 @@ def test_exchange_redeclare_other_type_406(ch):
     assert closed_code(e) == 406
 
 
-def test_exchange_args_equal_by_value(conn):
+def test_exchange_args_equal_by_value(conn, broker):
+    if broker.external:
+        pytest.skip("RabbitMQ compares argument types too; LavinMQ compares numbers by value")
     ch = conn.channel()
     ex = unique()
     ch.exchange_declare(ex, "direct", arguments={"x-foo": 10})

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from pamqp import commands, frame, header
 
 from lavinmq._core import codec
-from lavinmq.errors import SyntaxError_, NotImplemented_
+from lavinmq.errors import FrameError, SyntaxError_, NotImplemented_
 
 field_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
@@ -53,13 +53,13 @@ def test_table_depth_is_bounded():
     for _ in range(100):
         t = {"x": t}
     data = codec.encode_table_bytes(t)
-    with pytest.raises(SyntaxError_):
+    with pytest.raises(FrameError):
         codec.decode_table_bytes(data)
 
 
 def test_truncated_table_is_a_syntax_error():
     data = codec.encode_table_bytes({"key": "value"})
-    with pytest.raises(SyntaxError_):
+    with pytest.raises(FrameError):
         codec.decode_table_bytes(data[:-3])
 
 
@@ -88,7 +88,7 @@ def test_unknown_method():
 
 
 def test_truncated_method_args():
-    with pytest.raises(SyntaxError_):
+    with pytest.raises(FrameError):
         codec.decode_method(50, 10, b"\x00\x00\x05ab")
 
 
