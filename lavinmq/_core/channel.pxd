@@ -23,6 +23,7 @@ cdef class ConnState:
         public list confirm_dirty    # channels owing publisher confirms
         public uint64_t send_oct
         public uint64_t recv_oct
+        public bint throttle         # a queue it fed has consumers falling behind
 
     cdef int mark_dirty(self) except -1
 

@@ -21,6 +21,7 @@ from lavinmq.errors import (
 cdef enum:
     NO_CONSUMER = 0xffffffff
     FLUSH_AT = 262144          # bytes of output before a mid-pass flush
+    FLOW_BACKLOG = 4096        # ready messages in a consumed queue before publishers are slowed
     ACT_ACK = 0
     ACT_REQUEUE = 1
     ACT_DROP = 2
@@ -297,6 +298,8 @@ cdef class Channel:
             q = <Queue>x
             if not q.closed:
                 q.publish(rec, n)
+                if q.consumers and q.store.ready > FLOW_BACKLOG:
+                    self.state.throttle = True
         return 0
 
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1:

@@ -27,6 +27,7 @@ cdef class CoreConnection:
         public double last_recv        # monotonic seconds, per read batch
         public double last_send
         public uint64_t recv_frames
+        public bint paused_reading
 
     cdef int process(self) except -1
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1

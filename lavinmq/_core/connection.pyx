@@ -25,6 +25,8 @@ cdef bytes PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 cdef enum:
     READ_BUFFER = 262144
 
+cdef double FLOW_PAUSE = 0.002   # seconds a throttled publisher's socket is left unread
+
 
 cdef inline double monotonic() noexcept nogil:
     cdef timespec ts
@@ -77,6 +79,9 @@ cdef class CoreConnection:
         except Exception as exc:    # nothing escapes a read callback
             self.connection_error(exc if isinstance(exc, AMQPError) else InternalError(str(exc)))
         self.end_of_batch()
+        if self.state.throttle:
+            self.state.throttle = False
+            self.slow_down()
 
     def end_of_batch(self):
         cdef Channel ch
@@ -229,6 +234,22 @@ cdef class CoreConnection:
             raise UnexpectedFrame(f"method on channel {ch} before the connection is open", cid, mid)
         self.on_method(ch, c, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
         return 0
+
+    def slow_down(self):
+        """Flow control: consumers of a queue this connection publishes to are
+        behind. Skip reading its socket until the loop has run a delivery
+        pass, so its publisher blocks on a full socket and leaves the CPU to
+        the consumers (on a 2-core box they compete for it)."""
+        if self.transport is not None and self.phase == PH_OPEN:
+            self.transport.pause_reading()
+            self.paused_reading = True
+            import asyncio
+            asyncio.get_running_loop().call_later(FLOW_PAUSE, self.resume_after_flow)
+
+    def resume_after_flow(self):
+        if self.paused_reading and self.transport is not None and self.phase == PH_OPEN:
+            self.paused_reading = False
+            self.transport.resume_reading()
 
     # -- upcalls, implemented by lavinmq.amqp.connection ----------------------
 
