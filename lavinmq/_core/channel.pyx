@@ -504,3 +504,21 @@ cdef class Channel:
     @property
     def unacked_count(self):
         return self.unacked_total
+
+
+def bench_write_content(bytes rec, int n, uint32_t frame_max=131072):
+    """Benchmarks: write the header and body frames of rec n times into a
+    WriteBuffer, as a delivery pass does."""
+    cdef WriteBuffer wb = WriteBuffer()
+    cdef int i
+    for i in range(n):
+        wb.start_method(1, spec.CLASS_BASIC, spec.BASIC_DELIVER)
+        wb.write_shortstr(b"ctag", 4)
+        wb.write_u64(i)
+        wb.write_u8(0)
+        write_method_with_message(wb, 1, spec.BASIC_DELIVER, rec)
+        wb.end_frame()
+        write_content(wb, 1, rec, frame_max)
+        if wb.len > 1 << 20:
+            wb.clear()
+    return wb.len

@@ -5,7 +5,7 @@ from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcmp, memmove
+from libc.string cimport memcmp, memmove, memcpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
@@ -284,3 +284,13 @@ cdef class CoreConnection:
     @property
     def buffered_input(self):
         return self.rlen
+
+
+def bench_feed(CoreConnection conn, bytes data, int repeat):
+    """Benchmarks: feed the same bytes through the frame parser repeat times."""
+    cdef int i
+    cdef Py_ssize_t n = len(data)
+    for i in range(repeat):
+        memcpy(conn.rbuf + conn.rlen, <const char *>data, n)
+        conn.rlen += n
+        conn.process()

@@ -598,3 +598,16 @@ cdef class MessageStore:
 
     def py_flush(self):
         self.flush_acks()
+
+
+def bench_append_shift(MessageStore store, bytes rec, int n):
+    """Benchmarks: append n copies of rec, then shift and delete them all."""
+    cdef SP sp
+    cdef bint redelivered
+    cdef int i
+    for i in range(n):
+        store.append(rec, len(rec), &sp)
+    for i in range(n):
+        store.shift(&sp, &redelivered)
+        store.delete(sp)
+    store.flush_acks()
