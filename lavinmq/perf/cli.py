@@ -36,22 +36,45 @@ def add_throughput(sub):
     return p
 
 
+def add_churn(sub):
+    from lavinmq.perf.churn import SCENARIOS
+    for name in SCENARIOS:
+        p = sub.add_parser(name, help=name.replace("-", " "))
+        p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+        p.add_argument("-z", "--time", type=float, default=10, help="seconds to run (churn)")
+        p.add_argument("-q", "--quiet", action="store_true")
+        p.add_argument("--pid", type=int, default=0, help="broker pid for RSS (default: found by port)")
+        if name.endswith("-count"):
+            p.add_argument("-c", "--count", type=int, default=1000)
+            p.add_argument("--report-every", type=int, default=1000)
+            p.add_argument("--hold", type=float, default=0, help="seconds to keep them before closing")
+        if name.startswith("queue"):
+            p.add_argument("--durable", action="store_true")
+        if name == "queue-count":
+            p.add_argument("--delete", action="store_true", help="delete the queues afterwards")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="lavinmqperf")
     parser.add_argument("-v", "--version", action="version", version=f"lavinmqperf {lavinmq.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_throughput(sub)
+    add_churn(sub)
     opts = parser.parse_args(argv)
     if opts.command == "throughput":
         from lavinmq.perf.throughput import run
-        try:
-            import uvloop
-            uvloop.run(run(opts))
-        except KeyboardInterrupt:
-            return 130
-        except Exception as exc:
-            print(f"lavinmqperf: error: {exc}", file=sys.stderr)
-            return 1
+        coro = run(opts)
+    else:
+        from lavinmq.perf.churn import SCENARIOS
+        coro = SCENARIOS[opts.command](opts)
+    try:
+        import uvloop
+        uvloop.run(coro)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        print(f"lavinmqperf: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
