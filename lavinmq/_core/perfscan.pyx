@@ -3,7 +3,7 @@
 a received chunk without building Python objects per frame, so the
 measuring client is never the bottleneck."""
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memchr
+from libc.string cimport memchr, memcmp
 
 from lavinmq._core.buffer cimport be16, be32, be64
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
@@ -33,6 +33,8 @@ cdef class FrameScanner:
         public object others
         public bint measure_latency
         list samples
+        public bytes expected_body     # -V: every body must equal this
+        public uint64_t bad_bodies
 
     def __init__(self):
         self.pending = bytearray()
@@ -79,6 +81,9 @@ cdef class FrameScanner:
             elif ftype == 3:
                 self.bodies += 1
                 self.body_bytes += size
+                if self.expected_body is not None:
+                    if size != len(self.expected_body) or memcmp(p + pos + 7, <const char *>self.expected_body, size) != 0:
+                        self.bad_bodies += 1
                 if self.measure_latency and size >= 8 and self.bodies % LATENCY_SAMPLE_EVERY == 0:
                     # bodies start with the publisher's CLOCK_MONOTONIC in ns
                     self.samples.append(monotonic_ns() - be64(p + pos + 7))

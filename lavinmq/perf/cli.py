@@ -12,11 +12,12 @@ def add_throughput(sub):
     p.add_argument("-x", "--publishers", type=int, default=1)
     p.add_argument("-y", "--consumers", type=int, default=1)
     p.add_argument("-s", "--size", type=int, default=16, help="message body size in bytes")
-    p.add_argument("-V", "--verify", action="store_true", help="verify message bodies")
+    p.add_argument("-V", "--verify", action="store_true", help="check every body against what was published")
     p.add_argument("-a", "--ack", type=int, default=0, help="ack every N messages (0: no-ack)")
     p.add_argument("-c", "--confirm", type=int, default=0, help="max unconfirmed publishes")
     p.add_argument("-t", "--transaction", type=int, default=0, help="publishes per transaction")
-    p.add_argument("-T", "--transaction-acks", type=int, default=0, help="acks per transaction")
+    p.add_argument("-T", "--transaction-acks", type=int, default=0,
+                   help="ack in transactions, committing every N acks (needs -a)")
     p.add_argument("-u", "--queue", default="perf-test")
     p.add_argument("-k", "--routing-key", default=None)
     p.add_argument("-e", "--exchange", default="")
@@ -61,6 +62,10 @@ def main(argv=None):
     add_throughput(sub)
     add_churn(sub)
     opts = parser.parse_args(argv)
+    if opts.command == "throughput" and opts.verify and opts.measure_latency:
+        parser.error("-V/--verify and -l/--measure-latency cannot be combined (latency stamps the body)")
+    if opts.command == "throughput" and opts.transaction_acks and not opts.ack:
+        parser.error("-T/--transaction-acks needs -a/--ack")
     if opts.command == "throughput":
         from lavinmq.perf.throughput import run
         coro = run(opts)

@@ -28,8 +28,8 @@ async def setup(opts):
     await c.open_channel(1)
     if opts.queue:
         args = orjson.loads(opts.queue_args) if opts.queue_args else {}
-        await c.call(1, 50, 10, (0, opts.queue, False, opts.persistent, False, False, False, args),
-                     (50, 11))
+        # a named queue is durable, as LavinMQ's lavinmqperf declares it
+        await c.call(1, 50, 10, (0, opts.queue, False, True, False, False, False, args), (50, 11))
         if opts.exchange:
             await c.call(1, 50, 20, (0, opts.queue, opts.exchange, opts.routing_key or opts.queue,
                                      False, {}), (50, 21))
@@ -46,7 +46,7 @@ async def publisher(opts, stats, deadline):
     if opts.transaction:
         await c.call(1, 90, 10, (), (90, 11))
     rk = opts.routing_key if opts.routing_key is not None else opts.queue
-    body = b"\x00" * opts.size
+    body = message_body(opts.size)
     msg = publish_frames(1, opts.exchange, rk, body, opts.persistent, c.frame_max)
     batch_n = max(1, min(1000, 262144 // len(msg)))
     progress = asyncio.Event()
@@ -95,15 +95,24 @@ async def consumer(opts, stats, deadline):
     sc = c.scanner
     if opts.measure_latency:
         sc.measure_latency = True
+    if opts.verify:
+        sc.expected_body = message_body(opts.size)
     ack_every = opts.ack
     if opts.prefetch:
         await c.call(1, 60, 10, (0, opts.prefetch, False), (60, 11))
-    state = {"acked": 0}
+    if opts.transaction_acks:
+        await c.call(1, 90, 10, (), (90, 11))
+    state = {"acked": 0, "committed": 0}
 
     def on_progress():
         if ack_every and sc.deliveries - state["acked"] >= ack_every:
             c.transport.write(ack_frame(1, sc.last_delivery_tag))
             state["acked"] = sc.deliveries
+            if opts.transaction_acks and state["acked"] - state["committed"] >= opts.transaction_acks:
+                c.send(1, 90, 20)          # tx.commit; the commit-ok is just counted as another method
+                state["committed"] = state["acked"]
+        if opts.verify and sc.bad_bodies:
+            c.transport.close()
         if opts.consumer_rate:
             # pace by pausing reads while ahead of the wanted rate
             ahead = sc.deliveries - (time.monotonic() - started) * opts.consumer_rate
@@ -134,6 +143,11 @@ async def consumer(opts, stats, deadline):
             break
         await asyncio.sleep(0.05)
     return c
+
+
+def message_body(size):
+    """LavinMQ's lavinmqperf body: a fixed letter pattern that -V checks."""
+    return bytes((i % 27 + 64) for i in range(size))
 
 
 def rate(n, seconds):
@@ -179,6 +193,11 @@ async def run(opts):
     }
     if opts.measure_latency:
         result.update(latency_summary(stats.clients_con))
+    if opts.verify:
+        bad = sum(c.scanner.bad_bodies for c in stats.clients_con)
+        result["invalid_bodies"] = bad
+        if bad:
+            raise RuntimeError(f"{bad} message bodies did not match what was published")
     for cl in stats.clients_pub + stats.clients_con:
         try:
             await cl.close()
