@@ -1,49 +1,80 @@
-"""`lavinmq`: parse the configuration, set up logging, lock the data
-directory and run the server."""
+"""`lavinmq`: parse the configuration, set up logging, create and lock the
+data directory, then run the server until it stops.
+
+Exit codes: the server's, 0 for --help/--version, 2 for a bad flag or
+config value (printed as "lavinmq: error: ...", as argparse does)."""
 import logging
+import logging.handlers
 import os
 import sys
 import time
 
 from lavinmq.errors import ConfigError
 
-LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+log = logging.getLogger("lavinmq.cli")
+
+TRACE, NOTICE = 5, 25
+LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO, "notice": NOTICE,
           "warn": logging.WARNING, "warning": logging.WARNING, "error": logging.ERROR,
           "fatal": logging.CRITICAL, "none": logging.CRITICAL + 10}
 
 
 class UTCFormatter(logging.Formatter):
-    converter = time.gmtime
+    """2026-01-01T12:00:00.123Z INFO lavinmq.server: message"""
 
     def formatTime(self, record, datefmt=None):
-        t = time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created))
+        t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{t}.{int(record.msecs):03d}Z"
 
 
 def setup_logging(config):
-    handler = logging.FileHandler(config.log_file) if config.log_file else logging.StreamHandler(sys.stderr)
+    logging.addLevelName(TRACE, "TRACE")
+    logging.addLevelName(NOTICE, "NOTICE")
+    if config.log_file:
+        try:
+            # Watched: reopens the file after logrotate moves it away
+            handler = logging.handlers.WatchedFileHandler(config.log_file, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot open log file {config.log_file}: {exc.strerror}") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(UTCFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
     root.setLevel(LEVELS[config.log_level])
 
 
-def main(argv=None):
+def make_data_dir(path):
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create data directory {path}: {exc.strerror or exc}") from None
+    if not os.path.isdir(path):
+        raise ConfigError(f"data directory {path} is not a directory")
+
+
+def main(argv=None) -> int:
     from lavinmq.config import Config
     from lavinmq.datadir import DataDirLock
+    lock = None
     try:
         config = Config.load(argv)
         setup_logging(config)
-        try:
-            os.makedirs(config.data_dir, mode=0o750, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create data directory {config.data_dir}: {exc.strerror}") from None
-        lock = DataDirLock(config.data_dir).acquire() if config.data_dir_lock else None
+        for warning in config.warnings:
+            log.warning("%s", warning)
+        make_data_dir(config.data_dir)
+        if config.data_dir_lock:
+            lock = DataDirLock(config.data_dir).acquire()
+    except SystemExit as exc:    # --help, --version, a flag argparse rejected
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except ConfigError as exc:
         print(f"lavinmq: error: {exc}", file=sys.stderr)
         return 2
-    from lavinmq import server
     try:
+        from lavinmq import server   # imported late: --help must not pay for the broker's imports
         return server.run(config)
     finally:
         if lock is not None:

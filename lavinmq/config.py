@@ -1,28 +1,54 @@
-"""One Config object. Sources, later ones winning: defaults < ini file
-(LavinMQ's lavinmq.ini sections and keys) < environment < command line.
-A bad value stops the start with a ConfigError naming the key."""
+"""One Config object. Sources, later ones winning:
+
+    defaults < ini file < environment < command line
+
+The ini file uses LavinMQ's lavinmq.ini sections and key names ([main],
+[amqp], [mgmt]). Without ``-c`` the file is ``$LAVINMQ_CONFIGURATION_DIRECTORY``
+or ``$CONFIGURATION_DIRECTORY`` (set by systemd) or ``/etc/lavinmq``, plus
+``/lavinmq.ini``, read only if it exists, as LavinMQ does.
+
+Environment variables (LavinMQ's names, plus a few ``LAVINMQ_*`` of our own):
+
+    STATE_DIRECTORY, LAVINMQ_DATADIR, LAVINMQ_DATA_DIR   data_dir (later wins)
+    LAVINMQ_AMQP_BIND, LAVINMQ_AMQP_PORT                 amqp_bind, amqp_port
+    LAVINMQ_HTTP_BIND, LAVINMQ_HTTP_PORT                 http_bind, http_port
+    LAVINMQ_DEFAULT_USER                                 default_user
+    LAVINMQ_DEFAULT_PASSWORD                             default_password_hash (a hash, as in LavinMQ)
+    LAVINMQ_LOG_LEVEL, LAVINMQ_LOG_FILE                  log_level, log_file (ours)
+
+A bad value stops the start with a ConfigError naming where it came from:
+the ini section and key, the environment variable, or the flag. Keys that
+LavinMQ knows but this broker does not implement only produce a warning
+(``Config.warnings``, logged once logging is up), so a LavinMQ ini file
+still starts us; any other unknown key or section is an error.
+"""
 import argparse
 import configparser
 import dataclasses
 import os
+from typing import Mapping
 
 import lavinmq
+from lavinmq.auth.password import check_hash
 from lavinmq.errors import ConfigError
 
 LOG_LEVELS = ("trace", "debug", "info", "notice", "warn", "warning", "error", "fatal", "none")
+DEFAULT_CONFIG_DIR = "/etc/lavinmq"
 
 
 @dataclasses.dataclass
 class Config:
     data_dir: str = "/var/lib/lavinmq"
-    config_file: str = ""
+    config_file: str | None = None
     log_level: str = "info"
-    log_file: str = ""
+    log_file: str | None = None
     data_dir_lock: bool = True
     segment_size: int = 8 * 1024 * 1024
     set_timestamp: bool = False
     default_user: str = "guest"
-    default_password: str = "guest"
+    default_password: str = "guest"          # plain text; default_password_hash wins if set
+    default_password_hash: str | None = None  # rabbit_password_hashing_sha256, as LavinMQ's
+    default_user_only_loopback: bool = True
     max_message_size: int = 128 * 1024 * 1024
     free_disk_min: int = 0
     amqp_bind: str = "127.0.0.1"
@@ -32,139 +58,240 @@ class Config:
     channel_max: int = 2048
     http_bind: str = "127.0.0.1"
     http_port: int = 15672
+    # where each non-default value came from, for error messages
+    sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # settings that were accepted but ignored; cli logs them
+    warnings: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @classmethod
-    def load(cls, argv=None, env=None):
+    def load(cls, argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> "Config":
+        """Parse everything: defaults, ini file, environment, flags. Raises
+        ConfigError on a bad value; -h/--version/bad flags raise SystemExit
+        as argparse does."""
         env = os.environ if env is None else env
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         config = cls()
-        path = args.config or env.get("LAVINMQ_CONFIG_FILE", "")
-        if path:
-            config.config_file = path
-            apply_ini(config, path)
+        config.config_file = args.config or default_config_file(env)
+        if config.config_file:
+            apply_ini(config, config.config_file)
         apply_env(config, env)
         apply_args(config, args)
         config.validate()
         return config
 
+    def set(self, field, raw, where):
+        """Set a field from a string (ini or environment), checked."""
+        value = convert(field, raw, where)
+        check(field, value, where)
+        setattr(self, field, value)
+        self.sources[field] = where
+
     def validate(self):
-        for name, lo, hi in (("amqp_port", 0, 65535), ("http_port", 0, 65535),
-                             ("heartbeat", 0, 65535), ("channel_max", 0, 65535),
-                             ("frame_max", 4096, 2 ** 32 - 1), ("segment_size", 4096, 2 ** 31),
-                             ("max_message_size", 0, 2 ** 32), ("free_disk_min", 0, 2 ** 63)):
-            v = getattr(self, name)
-            if not lo <= v <= hi:
-                raise ConfigError(f"{_origin(name)}: {v} is out of range ({lo}..{hi})")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"{_origin('log_level')}: unknown log level {self.log_level!r}")
+        """Check every field, also for a Config built in code."""
+        for field in OPTIONS:
+            check(field, getattr(self, field), self.sources.get(field, field))
 
 
-# (section, key) -> Config field
-INI_KEYS = {
-    ("main", "data_dir"): "data_dir",
-    ("main", "log_level"): "log_level",
-    ("main", "log_file"): "log_file",
-    ("main", "data_dir_lock"): "data_dir_lock",
-    ("main", "segment_size"): "segment_size",
-    ("main", "set_timestamp"): "set_timestamp",
-    ("main", "default_user"): "default_user",
-    ("main", "default_password"): "default_password",
-    ("main", "max_message_size"): "max_message_size",
-    ("main", "free_disk_min"): "free_disk_min",
-    ("amqp", "bind"): "amqp_bind",
-    ("amqp", "port"): "amqp_port",
-    ("amqp", "heartbeat"): "heartbeat",
-    ("amqp", "frame_max"): "frame_max",
-    ("amqp", "channel_max"): "channel_max",
-    ("amqp", "max_message_size"): "max_message_size",
-    ("mgmt", "bind"): "http_bind",
-    ("mgmt", "port"): "http_port",
+@dataclasses.dataclass(frozen=True)
+class Option:
+    kind: str                # "str", "int", "bool", "level", "hash"
+    ini: tuple = ()          # (section, key) pairs; the first is the canonical one
+    env: tuple = ()          # variables, a later one wins over an earlier one
+    lo: int = 0
+    hi: int = 0
+    optional: bool = False   # an empty string means None
+
+
+PORT = dict(lo=0, hi=65535)
+OPTIONS = {
+    "data_dir": Option("str", (("main", "data_dir"),),
+                       ("STATE_DIRECTORY", "LAVINMQ_DATADIR", "LAVINMQ_DATA_DIR")),
+    "log_level": Option("level", (("main", "log_level"),), ("LAVINMQ_LOG_LEVEL",)),
+    "log_file": Option("str", (("main", "log_file"),), ("LAVINMQ_LOG_FILE",), optional=True),
+    "data_dir_lock": Option("bool", (("main", "data_dir_lock"),)),
+    "segment_size": Option("int", (("main", "segment_size"),), lo=4096, hi=2 ** 31 - 1),
+    "set_timestamp": Option("bool", (("main", "set_timestamp"), ("amqp", "set_timestamp"))),
+    "default_user": Option("str", (("main", "default_user"),), ("LAVINMQ_DEFAULT_USER",)),
+    "default_password": Option("str", (("main", "default_password"),)),
+    "default_password_hash": Option("hash", (("main", "default_password_hash"),),
+                                    ("LAVINMQ_DEFAULT_PASSWORD",), optional=True),
+    "default_user_only_loopback": Option("bool", (("main", "default_user_only_loopback"),
+                                                  ("main", "guest_only_loopback"))),
+    # LavinMQ reads max_message_size from [amqp]; [main] is accepted too
+    "max_message_size": Option("int", (("amqp", "max_message_size"), ("main", "max_message_size")),
+                               lo=0, hi=2 ** 32 - 1),
+    "free_disk_min": Option("int", (("main", "free_disk_min"),), lo=0, hi=2 ** 63 - 1),
+    "amqp_bind": Option("str", (("amqp", "bind"),), ("LAVINMQ_AMQP_BIND",)),
+    "amqp_port": Option("int", (("amqp", "port"),), ("LAVINMQ_AMQP_PORT",), **PORT),
+    "heartbeat": Option("int", (("amqp", "heartbeat"),), lo=0, hi=65535),
+    "frame_max": Option("int", (("amqp", "frame_max"),), lo=4096, hi=2 ** 32 - 1),
+    "channel_max": Option("int", (("amqp", "channel_max"),), lo=0, hi=65535),
+    "http_bind": Option("str", (("mgmt", "bind"),), ("LAVINMQ_HTTP_BIND",)),
+    "http_port": Option("int", (("mgmt", "port"),), ("LAVINMQ_HTTP_PORT",), **PORT),
 }
-_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Config)}
-_ORIGIN = {field: f"[{s}] {k}" for (s, k), field in INI_KEYS.items()}
+INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
-ENV_KEYS = {
-    "LAVINMQ_DATADIR": "data_dir",
-    "LAVINMQ_DATA_DIR": "data_dir",
-    "LAVINMQ_LOG_LEVEL": "log_level",
-    "LAVINMQ_AMQP_BIND": "amqp_bind",
-    "LAVINMQ_AMQP_PORT": "amqp_port",
-    "LAVINMQ_HTTP_BIND": "http_bind",
-    "LAVINMQ_HTTP_PORT": "http_port",
+# Known to LavinMQ, not implemented here: warn and go on, so that an ini
+# file written for LavinMQ starts this broker too.
+IGNORED_KEYS = {
+    "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
+             "tls_ktls", "metrics_http_bind", "metrics_http_port", "control_unix_path",
+             "stats_interval", "stats_log_size", "socket_buffer_size", "tcp_nodelay", "sync",
+             "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
+             "free_disk_warn", "load_definitions", "max_deleted_definitions", "consumer_timeout",
+             "consumer_timeout_loop_interval", "auth_backends", "default_consumer_prefetch",
+             "default_consistent_hash_algorithm"},
+    "amqp": {"unix_path", "tls_port", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
+             "amqp_systemd_socket_name", "max_consumers_per_channel", "tls_cert", "tls_key",
+             "consumer_timeout", "default_consumer_prefetch"},
+    "mgmt": {"unix_path", "tls_port", "http_systemd_socket_name", "tls_cert", "tls_key"},
 }
+IGNORED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
 
 
-def _origin(field):
-    return _ORIGIN.get(field, field)
+def default_config_file(env):
+    directory = (env.get("LAVINMQ_CONFIGURATION_DIRECTORY") or env.get("CONFIGURATION_DIRECTORY")
+                 or DEFAULT_CONFIG_DIR)
+    path = os.path.join(directory, "lavinmq.ini")
+    return path if os.path.isfile(path) else None
 
 
 def convert(field, raw, where):
-    kind = _FIELD_TYPES[field]
+    """A string from the ini file or the environment as the field's type."""
+    opt = OPTIONS[field]
     raw = raw.strip()
-    if kind in (int, "int"):
+    if opt.optional and raw == "":
+        return None
+    if opt.kind == "int":
         try:
-            return int(raw.replace("_", ""))
+            return int(raw)
         except ValueError:
             raise ConfigError(f"{where}: {raw!r} is not an integer") from None
-    if kind in (bool, "bool"):
+    if opt.kind == "bool":
         low = raw.lower()
-        if low in ("true", "yes", "on", "1"):
+        if low in ("true", "yes", "on", "y", "1"):
             return True
-        if low in ("false", "no", "off", "0"):
+        if low in ("false", "no", "off", "n", "0"):
             return False
         raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
+    if opt.kind == "level":
+        return raw.lower()
     return raw
 
 
+def check(field, value, where):
+    opt = OPTIONS[field]
+    if value is None and opt.optional:
+        return
+    if opt.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {value!r} is not an integer")
+        if not opt.lo <= value <= opt.hi:
+            raise ConfigError(f"{where}: {value} is out of range ({opt.lo}..{opt.hi})")
+    elif opt.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {value!r} is not a boolean (true/false)")
+    elif opt.kind == "level":
+        if value not in LOG_LEVELS:
+            raise ConfigError(f"{where}: unknown log level {value!r} (one of {', '.join(LOG_LEVELS)})")
+    elif opt.kind == "hash":
+        try:
+            check_hash(value, "sha256")
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif not isinstance(value, str) or (value == "" and field in ("data_dir", "default_user")):
+        raise ConfigError(f"{where}: {value!r} must be a non-empty string")
+
+
 def apply_ini(config, path):
-    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
+    # No interpolation ("%" is common in passwords), no inline comments
+    # (LavinMQ has none, and "#" may be in a value), no DEFAULT section magic.
+    parser = configparser.ConfigParser(interpolation=None, default_section="\0")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             parser.read_file(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except configparser.Error as exc:
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except (configparser.Error, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     for section in parser.sections():
+        if section == "http":   # LavinMQ's old name for [mgmt]
+            config.warnings.append(f"{path}: section [http] is deprecated, use [mgmt]")
+        name = "mgmt" if section == "http" else section
+        if name in IGNORED_SECTIONS or name.startswith("sni:"):
+            config.warnings.append(f"{path}: section [{section}] is not supported, ignored")
+            continue
+        if name not in IGNORED_KEYS:
+            raise ConfigError(f"{path}: [{section}]: unknown section")
         for key, raw in parser.items(section):
-            field = INI_KEYS.get((section, key))
-            if field is None:
-                known = {s for s, _ in INI_KEYS}
-                what = f"unknown key [{section}] {key}" if section in known else f"unknown section [{section}]"
-                raise ConfigError(f"config file {path}: {what}")
-            setattr(config, field, convert(field, raw, f"[{section}] {key}"))
+            where = f"[{section}] {key}"
+            field = INI_KEYS.get((name, key))
+            if field is not None:
+                try:
+                    config.set(field, raw, where)
+                except ConfigError as exc:
+                    raise ConfigError(f"{path}: {exc}") from None
+            elif key in IGNORED_KEYS[name]:
+                config.warnings.append(f"{path}: {where} is not supported, ignored")
+            else:
+                raise ConfigError(f"{path}: {where}: unknown setting")
 
 
 def apply_env(config, env):
-    for name, field in ENV_KEYS.items():
-        if name in env:
-            setattr(config, field, convert(field, env[name], f"environment {name}"))
+    for field, opt in OPTIONS.items():
+        for name in opt.env:
+            if name in env:
+                config.set(field, env[name], f"environment {name}")
+
+
+# Flags that map one to one onto a field: (dest, flag as named in errors)
+CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port": "--amqp-port",
+              "http_bind": "--http-bind", "http_port": "--http-port", "log_level": "--log-level",
+              "default_user": "--default-user", "default_password_hash": "--default-password-hash",
+              "default_user_only_loopback": "--default-user-only-loopback"}
 
 
 def apply_args(config, args):
-    if args.bind:
-        config.amqp_bind = config.http_bind = args.bind
-    for field in ("data_dir", "amqp_bind", "amqp_port", "http_bind", "http_port", "log_level"):
-        v = getattr(args, field)
-        if v is not None:
-            setattr(config, field, v)
+    if args.bind is not None:
+        for field in ("amqp_bind", "http_bind"):
+            config.set(field, args.bind, "--bind")
+    for field, flag in CLI_FIELDS.items():
+        value = getattr(args, field)
+        if value is not None:
+            config.set(field, value, flag)
     if args.debug:
-        config.log_level = "debug"
+        config.set("log_level", "debug", "--debug")
     if args.no_data_dir_lock:
         config.data_dir_lock = False
+        config.sources["data_dir_lock"] = "--no-data-dir-lock"
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
+    """The `lavinmq` command line. Values stay strings here, so that a bad
+    one is reported by Config.set with the flag's name, like ini values."""
     p = argparse.ArgumentParser(prog="lavinmq", description="AMQP 0-9-1 message broker")
-    p.add_argument("-D", "--data-dir", dest="data_dir", help="data directory (default /var/lib/lavinmq)")
-    p.add_argument("-c", "--config", help="ini file ([main], [amqp], [mgmt])")
-    p.add_argument("-b", "--bind", help="bind address for AMQP and HTTP")
-    p.add_argument("-p", "--amqp-port", dest="amqp_port", type=int)
-    p.add_argument("--amqp-bind", dest="amqp_bind")
-    p.add_argument("--http-port", dest="http_port", type=int)
-    p.add_argument("--http-bind", dest="http_bind")
-    p.add_argument("-l", "--log-level", dest="log_level", choices=LOG_LEVELS)
+    p.add_argument("-D", "--data-dir", dest="data_dir", metavar="DIR",
+                   help="data directory (default /var/lib/lavinmq)")
+    p.add_argument("-c", "--config", metavar="FILE",
+                   help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
+    p.add_argument("-b", "--bind", metavar="ADDR", help="address for both AMQP and HTTP to listen on")
+    p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
+    p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
+    p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
+    p.add_argument("--http-bind", dest="http_bind", metavar="ADDR", help="HTTP address (default 127.0.0.1)")
+    p.add_argument("-l", "--log-level", dest="log_level", metavar="LEVEL",
+                   help=f"one of {', '.join(LOG_LEVELS)} (default info)")
     p.add_argument("-d", "--debug", action="store_true", help="same as --log-level debug")
-    p.add_argument("--no-data-dir-lock", action="store_true", help="do not lock the data directory")
+    p.add_argument("--default-user", dest="default_user", metavar="USER",
+                   help="user created with a new data directory (default guest)")
+    p.add_argument("--default-password-hash", dest="default_password_hash", metavar="HASH",
+                   help="its password as a rabbit_password_hashing_sha256 hash (default: of 'guest')")
+    p.add_argument("--default-user-only-loopback", dest="default_user_only_loopback", metavar="BOOL",
+                   help="the default user may only connect from loopback (default true)")
+    p.add_argument("--no-data-dir-lock", action="store_true", help="do not flock DATA_DIR/.lock")
     p.add_argument("-v", "--version", action="version", version=f"lavinmq {lavinmq.__version__}")
     return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)

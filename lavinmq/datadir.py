@@ -1,4 +1,10 @@
-"""The data directory's lock: one broker per data directory."""
+"""The data directory's lock: one broker per data directory.
+
+flock(2) on <data_dir>/.lock, which also holds the owner's pid for the error
+message. The kernel drops the lock when the process dies, however it dies,
+so a stale file never blocks a restart. The file itself is never deleted:
+unlinking it while another process waits on the old inode would let two
+brokers each hold "the" lock."""
 import fcntl
 import os
 
@@ -7,27 +13,47 @@ from lavinmq.errors import ConfigError
 
 class DataDirLock:
     def __init__(self, data_dir):
+        self.data_dir = data_dir
         self.path = os.path.join(data_dir, ".lock")
         self.fd = None
 
-    def acquire(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    @property
+    def locked(self) -> bool:
+        return self.fd is not None
+
+    def acquire(self) -> "DataDirLock":
+        if self.fd is not None:
+            return self
+        try:
+            # not inherited by children (Python's default), so a spawned
+            # process can't keep the lock after we exit
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot create lock file {self.path}: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(f"data directory {os.path.dirname(self.path)} is locked by another "
+            raise ConfigError(f"data directory {self.data_dir} is locked by another "
                               f"lavinmq process (pid {pid})") from None
+        except OSError as exc:
+            os.close(fd)
+            raise ConfigError(f"cannot lock {self.path}: {exc.strerror}") from None
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         return self
 
     def release(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.fd is None:
+            return
+        try:
+            os.ftruncate(self.fd, 0)   # while still locked: no stale pid left behind
+        except OSError:
+            pass
+        os.close(self.fd)               # closing the last fd drops the flock
+        self.fd = None
 
     def __enter__(self):
         return self.acquire()

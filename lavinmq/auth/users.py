@@ -1,4 +1,14 @@
-"""users.json: users, their password hashes, tags and per-vhost permissions."""
+"""users.json: users, their password hashes, tags and per-vhost permissions,
+in LavinMQ's format, which is RabbitMQ's definitions format for users:
+
+    [{"name": "guest", "password_hash": "<base64>",
+      "hashing_algorithm": "rabbit_password_hashing_sha256",
+      "tags": "administrator",
+      "permissions": {"/": {"config": ".*", "read": ".*", "write": ".*"}}}]
+
+Permission patterns follow RabbitMQ: a regex searched in the resource name
+(unanchored unless the pattern says ^ or $); "" and "^$" match nothing.
+"""
 import ipaddress
 import logging
 import os
@@ -6,16 +16,24 @@ import re
 
 import orjson
 
-from lavinmq.auth.password import hash_password, verify
+from lavinmq.auth.password import algorithm_name, check_hash, hash_password, verify
+from lavinmq.errors import ConfigError
 
 log = logging.getLogger("lavinmq.users")
 
-ALGORITHM_NAMES = {"SHA256": "sha256", "SHA512": "sha512", "MD5": "md5"}
+DEFAULT_ALGORITHM = "rabbit_password_hashing_sha256"
+PERMISSION_CACHE_SIZE = 1024   # names remembered per (user, vhost) before starting over
+_NOTHING = ("", "^$")
 
 
-def is_loopback_address(host):
+def is_loopback_address(host) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback (::ffff:127.0.0.1).
+    Anything that is not an IP address (a unix socket path, None) is False:
+    the caller decides about unix sockets."""
+    if not isinstance(host, str):
+        return False
     try:
-        addr = ipaddress.ip_address(host.split("%")[0])
+        addr = ipaddress.ip_address(host.split("%", 1)[0])   # drop an IPv6 scope id
     except ValueError:
         return False
     if addr.version == 6 and addr.ipv4_mapped is not None:
@@ -23,133 +41,259 @@ def is_loopback_address(host):
     return addr.is_loopback
 
 
+def _compile(kind, pattern):
+    if not isinstance(pattern, str):
+        raise ValueError(f"{kind} permission must be a string, not {pattern!r}")
+    if pattern in _NOTHING:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid {kind} permission regex {pattern!r}: {exc}") from None
+
+
 class Permissions:
-    __slots__ = ("configure", "write", "read", "_re")
+    """A user's configure/write/read patterns on one vhost. Immutable: a
+    change replaces the object, which also drops its cache of answers."""
+    __slots__ = ("configure", "write", "read", "configure_re", "write_re", "read_re", "_cache")
 
     def __init__(self, configure=".*", write=".*", read=".*"):
         self.configure, self.write, self.read = configure, write, read
-        # RabbitMQ semantics: the pattern is searched in the name; "" matches nothing
-        self._re = {k: (re.compile(v) if v else None)
-                    for k, v in (("configure", configure), ("write", write), ("read", read))}
+        self.configure_re = _compile("configure", configure)
+        self.write_re = _compile("write", write)
+        self.read_re = _compile("read", read)
+        # Checked on every declare/bind/consume/publish-to-exchange; the same
+        # few names come back again and again, so remember the answers.
+        self._cache = {}
 
     def allows(self, kind, name):
-        r = self._re[kind]
-        return r is not None and r.search(name) is not None
+        key = (kind, name)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        regex = getattr(self, kind + "_re")
+        ok = regex is not None and regex.search(name) is not None
+        if len(self._cache) >= PERMISSION_CACHE_SIZE:
+            self._cache.clear()   # bounded: a client declaring random names can't grow it
+        self._cache[key] = ok
+        return ok
 
     def to_json(self):
-        return {"config": self.configure, "write": self.write, "read": self.read}
+        return {"config": self.configure, "read": self.read, "write": self.write}
+
+    def __eq__(self, other):
+        return isinstance(other, Permissions) and self.to_json() == other.to_json()
+
+    def __repr__(self):
+        return f"Permissions(configure={self.configure!r}, write={self.write!r}, read={self.read!r})"
 
 
 class User:
-    def __init__(self, name, password_hash, hashing_algorithm="SHA256", tags=(), permissions=None):
+    def __init__(self, name, password_hash="", hashing_algorithm=DEFAULT_ALGORITHM, tags=(),
+                 permissions=None, loopback_only=False):
         self.name = name
-        self.password_hash = password_hash
+        self.password_hash = password_hash or ""       # "" = cannot log in with a password
         self.hashing_algorithm = hashing_algorithm
         self.tags = list(tags)
-        self.permissions = permissions or {}
-        self.loopback_only = False
+        self.permissions = dict(permissions or {})   # vhost -> Permissions
+        self.loopback_only = loopback_only            # not stored: follows the config
 
     @property
-    def is_administrator(self):
+    def is_administrator(self) -> bool:
         return "administrator" in self.tags
 
-    def can_access(self, vhost):
+    def verify_password(self, password) -> bool:
+        return bool(self.password_hash) and verify(password, self.password_hash, self.hashing_algorithm)
+
+    def can_access(self, vhost) -> bool:
         return vhost in self.permissions
 
     def _allows(self, kind, vhost, name):
         p = self.permissions.get(vhost)
         return p is not None and p.allows(kind, name)
 
-    def can_configure(self, vhost, name):
+    def can_configure(self, vhost, name) -> bool:
         return self._allows("configure", vhost, name)
 
-    def can_write(self, vhost, name):
+    def can_write(self, vhost, name) -> bool:
         return self._allows("write", vhost, name)
 
-    def can_read(self, vhost, name):
+    def can_read(self, vhost, name) -> bool:
         return self._allows("read", vhost, name)
 
     def to_json(self):
         return {"name": self.name, "password_hash": self.password_hash,
-                "hashing_algorithm": self.hashing_algorithm, "tags": ",".join(self.tags),
+                "hashing_algorithm": self.hashing_algorithm if self.password_hash else None,
+                "tags": ",".join(self.tags),
                 "permissions": {v: p.to_json() for v, p in self.permissions.items()}}
+
+    @classmethod
+    def from_json(cls, d):
+        """One users.json entry; ValueError naming what is wrong."""
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+            raise ValueError("a user needs a string 'name'")
+        password_hash = d.get("password_hash") or ""
+        # LavinMQ (and RabbitMQ before 3.6) defaults to MD5 when no algorithm is given
+        algorithm = algorithm_name(d.get("hashing_algorithm") or "md5")
+        if password_hash:
+            check_hash(password_hash, algorithm)
+        perms = {}
+        for vhost, p in (d.get("permissions") or {}).items():
+            if not isinstance(p, dict):
+                raise ValueError(f"permissions on vhost {vhost!r} must be an object")
+            perms[vhost] = Permissions(p.get("config", ""), p.get("write", ""), p.get("read", ""))
+        return cls(d["name"], password_hash, algorithm, parse_tags(d.get("tags")), perms)
+
+    def __repr__(self):
+        return f"User({self.name!r}, tags={self.tags!r})"
+
+
+def parse_tags(tags):
+    """'administrator, monitoring' or a list -> ['administrator', 'monitoring']."""
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        tags = tags.split(",")
+    return [t.strip() for t in tags if t and t.strip()]
 
 
 class UserStore:
-    def __init__(self, data_dir, default_user="guest", default_password="guest"):
+    """The users of this broker, kept in <data_dir>/users.json. Every change
+    is saved at once. With no users.json, the default user is created as an
+    administrator with full permissions on "/"."""
+
+    def __init__(self, data_dir, default_user="guest", default_password="guest", *,
+                 default_password_hash=None, default_user_only_loopback=True):
         self.path = os.path.join(data_dir, "users.json")
         self.default_user = default_user
         self.users = {}
         if os.path.exists(self.path):
             self._load()
         else:
-            self.add_user(default_user, default_password, tags=("administrator",))
+            self.add_user(default_user, None if default_password_hash else default_password,
+                          tags=("administrator",), password_hash=default_password_hash)
             self.set_permissions(default_user, "/", ".*", ".*", ".*")
-        u = self.users.get(default_user)
-        if u is not None and default_user == "guest":
-            u.loopback_only = True
+            log.info("created default user %s", default_user)
+        # As LavinMQ's default_user_only_loopback (RabbitMQ's loopback_users):
+        # the well-known default credentials only work from this machine.
+        user = self.users.get(default_user)
+        if user is not None:
+            user.loopback_only = default_user_only_loopback
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.data_dir, config.default_user, config.default_password,
+                   default_password_hash=config.default_password_hash,
+                   default_user_only_loopback=config.default_user_only_loopback)
 
     def _load(self):
-        with open(self.path, "rb") as f:
-            data = orjson.loads(f.read())
-        for d in data:
-            tags = d.get("tags") or ""
-            tags = [t for t in (tags.split(",") if isinstance(tags, str) else tags) if t]
-            perms = {v: Permissions(p.get("config", ""), p.get("write", ""), p.get("read", ""))
-                     for v, p in (d.get("permissions") or {}).items()}
-            self.users[d["name"]] = User(d["name"], d.get("password_hash", ""),
-                                         d.get("hashing_algorithm", "SHA256"), tags, perms)
+        try:
+            with open(self.path, "rb") as f:
+                data = orjson.loads(f.read())
+            if not isinstance(data, list):
+                raise ValueError("expected a JSON list of users")
+            for i, d in enumerate(data):
+                try:
+                    user = User.from_json(d)
+                except ValueError as exc:
+                    raise ValueError(f"user #{i} {d.get('name') if isinstance(d, dict) else ''!r}: {exc}") from None
+                self.users[user.name] = user
+        except (OSError, ValueError) as exc:   # orjson.JSONDecodeError is a ValueError
+            raise ConfigError(f"cannot load {self.path}: {exc}") from None
+        log.debug("%d users loaded", len(self.users))
 
     def save(self):
+        """Write users.json atomically: a crash leaves the old or the new file."""
+        data = orjson.dumps([u.to_json() for u in self.users.values()], option=orjson.OPT_INDENT_2)
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps([u.to_json() for u in self.users.values()], option=orjson.OPT_INDENT_2))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # hashes: owner only
+        try:
+            with open(fd, "wb", closefd=True) as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        # the rename is durable only once the directory is synced
+        dfd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     def authenticate(self, username, password):
-        u = self.users.get(username)
-        if u is None or not u.password_hash:
+        """The user if the password is right, else None. The loopback rule is
+        the caller's (it knows the peer): see User.loopback_only."""
+        user = self.users.get(username)
+        if user is None or not user.verify_password(password):
             return None
-        algo = ALGORITHM_NAMES.get(u.hashing_algorithm.upper(), u.hashing_algorithm)
-        return u if verify(password, u.password_hash, algo) else None
+        return user
 
     def get(self, name):
         return self.users.get(name)
 
-    def add_user(self, name, password=None, tags=(), password_hash=None, hashing_algorithm="SHA256"):
-        if password is not None:
-            password_hash = hash_password(password, ALGORITHM_NAMES.get(hashing_algorithm, "sha256"))
-        u = User(name, password_hash or "", hashing_algorithm, tags)
-        self.users[name] = u
-        self.save()
-        return u
+    def __contains__(self, name):
+        return name in self.users
 
-    def delete_user(self, name):
-        if self.users.pop(name, None) is not None:
-            self.save()
-            return True
-        return False
+    def __len__(self):
+        return len(self.users)
+
+    def add_user(self, name, password=None, tags=(), password_hash=None,
+                 hashing_algorithm="SHA256"):
+        """Create a user, or update an existing one's password and tags while
+        keeping its permissions (like PUT /api/users/NAME). Give either a
+        password or a password_hash in hashing_algorithm; with neither the
+        user cannot log in with a password."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("user name must be a non-empty string")
+        algorithm = algorithm_name(hashing_algorithm)
+        if password is not None:
+            password_hash = hash_password(password, algorithm)
+        elif password_hash:
+            check_hash(password_hash, algorithm)
+        old = self.users.get(name)
+        user = User(name, password_hash or "", algorithm, parse_tags(tags),
+                    old.permissions if old else None, old.loopback_only if old else False)
+        self.users[name] = user
+        self.save()
+        return user
+
+    def delete_user(self, name) -> bool:
+        if self.users.pop(name, None) is None:
+            return False
+        self.save()
+        return True
 
     def change_password(self, name, password):
-        u = self.users[name]
-        u.password_hash = hash_password(password, ALGORITHM_NAMES.get(u.hashing_algorithm, "sha256"))
+        # always SHA-256: an imported MD5 hash is upgraded on its next change
+        user = self.users[name]
+        user.password_hash = hash_password(password, DEFAULT_ALGORITHM)
+        user.hashing_algorithm = DEFAULT_ALGORITHM
         self.save()
 
     def set_tags(self, name, tags):
-        self.users[name].tags = list(tags)
+        self.users[name].tags = parse_tags(tags)
         self.save()
 
     def set_permissions(self, user, vhost, configure, write, read):
+        """Replace the user's permissions on vhost (argument order as
+        rabbitmqctl set_permissions). ValueError on a bad regex."""
         self.users[user].permissions[vhost] = Permissions(configure, write, read)
         self.save()
 
-    def clear_permissions(self, user, vhost):
-        self.users[user].permissions.pop(vhost, None)
+    def clear_permissions(self, user, vhost) -> bool:
+        if self.users[user].permissions.pop(vhost, None) is None:
+            return False
         self.save()
+        return True
 
     def remove_vhost(self, vhost):
-        for u in self.users.values():
-            u.permissions.pop(vhost, None)
-        self.save()
+        """Drop every user's permissions on a deleted vhost."""
+        changed = [u for u in self.users.values() if u.permissions.pop(vhost, None) is not None]
+        if changed:
+            self.save()

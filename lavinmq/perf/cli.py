@@ -34,6 +34,8 @@ def add_throughput(sub):
     p.add_argument("--queue-args", default=None, help="JSON object")
     p.add_argument("--consumer-args", default=None, help="JSON object")
     p.add_argument("-l", "--measure-latency", action="store_true")
+    p.add_argument("--processes", type=int, default=1,
+                   help="share the publishers and consumers over N load-generator processes")
     return p
 
 
@@ -66,6 +68,16 @@ def main(argv=None):
         parser.error("-V/--verify and -l/--measure-latency cannot be combined (latency stamps the body)")
     if opts.command == "throughput" and opts.transaction_acks and not opts.ack:
         parser.error("-T/--transaction-acks needs -a/--ack")
+    if opts.command == "throughput" and opts.processes > 1:
+        from lavinmq.perf.throughput import run_processes
+        try:
+            run_processes(opts)
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:
+            print(f"lavinmqperf: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if opts.command == "throughput":
         from lavinmq.perf.throughput import run
         coro = run(opts)

@@ -154,9 +154,12 @@ def rate(n, seconds):
     return int(n / seconds) if seconds > 0 else 0
 
 
-async def run(opts):
+async def run(opts, report=None):
+    """report: a pipe to a parent lavinmqperf (--processes): counts go there
+    every second instead of being printed, and the result at the end."""
     stats = Stats()
-    await setup(opts)
+    if report is None:
+        await setup(opts)
     deadline = time.monotonic() + (opts.time or 1e9)
     tasks = [asyncio.ensure_future(consumer(opts, stats, deadline)) for _ in range(opts.consumers)]
     await asyncio.sleep(0.1 if opts.consumers else 0)
@@ -167,7 +170,9 @@ async def run(opts):
         await asyncio.sleep(1)
         now = time.monotonic()
         p, c = stats.pub_count(), stats.con_count()
-        if not opts.quiet and not opts.json:
+        if report is not None:
+            report.send(("counts", p, c))
+        elif not opts.quiet and not opts.json:
             print(f"Publish rate: {rate(p - last_p, now - last_t)} msgs/s "
                   f"Consume rate: {rate(c - last_c, now - last_t)} msgs/s", flush=True)
         last_t, last_p, last_c = now, p, c
@@ -191,6 +196,16 @@ async def run(opts):
         "published": p,
         "consumed": c,
     }
+    if report is not None:
+        result["latency_samples"] = [s for c in stats.clients_con for s in c.scanner.latency_samples()]
+        result["invalid_bodies"] = sum(c.scanner.bad_bodies for c in stats.clients_con)
+        for cl in stats.clients_pub + stats.clients_con:
+            try:
+                await cl.close()
+            except Exception:
+                pass
+        report.send(("result", result))
+        return result
     if opts.measure_latency:
         result.update(latency_summary(stats.clients_con))
     if opts.verify:
@@ -220,6 +235,89 @@ def latency_summary(consumers):
     for c in consumers:
         samples.extend(c.scanner.latency_samples())
     samples.sort()
+    return _percentiles(samples)
+
+
+def _child(opts, conn):
+    import uvloop
+    try:
+        uvloop.run(run(opts, report=conn))
+    except Exception as exc:
+        conn.send(("error", str(exc)))
+
+
+def run_processes(opts):
+    """--processes N: the clients are shared out over N forked workers (one
+    Python process cannot both publish and consume at full speed); their
+    counts are summed here."""
+    import copy
+    import multiprocessing
+    import uvloop
+    uvloop.run(setup(opts))
+    ctx = multiprocessing.get_context("fork")
+    workers = []
+    # deal the clients out one by one, so 1 publisher + 1 consumer get a process each
+    roles = ["publishers"] * opts.publishers + ["consumers"] * opts.consumers
+    for i in range(opts.processes):
+        sub = copy.copy(opts)
+        mine = roles[i::opts.processes]
+        sub.publishers = mine.count("publishers")
+        sub.consumers = mine.count("consumers")
+        if not sub.publishers and not sub.consumers:
+            continue
+        parent_end, child_end = ctx.Pipe()
+        proc = ctx.Process(target=_child, args=(sub, child_end), daemon=True)
+        proc.start()
+        workers.append((proc, parent_end, {"counts": (0, 0), "result": None}))
+    start = last_t = time.monotonic()
+    last_p = last_c = 0
+    while any(w[2]["result"] is None for w in workers):
+        time.sleep(1)
+        for proc, pipe, state in workers:
+            while state["result"] is None and pipe.poll():
+                try:
+                    kind, *payload = pipe.recv()
+                except EOFError:
+                    break       # the worker is gone: caught by the liveness check below
+                if kind == "counts":
+                    state["counts"] = tuple(payload)
+                elif kind == "result":
+                    state["result"] = payload[0]
+                else:
+                    raise RuntimeError(payload[0])
+            if state["result"] is None and not proc.is_alive():
+                raise RuntimeError("a lavinmqperf worker died")
+        now = time.monotonic()
+        p = sum(w[2]["counts"][0] for w in workers)
+        c = sum(w[2]["counts"][1] for w in workers)
+        if not opts.quiet and not opts.json:
+            print(f"Publish rate: {rate(p - last_p, now - last_t)} msgs/s "
+                  f"Consume rate: {rate(c - last_c, now - last_t)} msgs/s", flush=True)
+        last_t, last_p, last_c = now, p, c
+    results = [w[2]["result"] for w in workers]
+    elapsed = max(r["elapsed_seconds"] for r in results)
+    p, c = sum(r["published"] for r in results), sum(r["consumed"] for r in results)
+    result = {"elapsed_seconds": elapsed, "avg_pub_rate": rate(p, elapsed),
+              "avg_consume_rate": rate(c, elapsed), "published": p, "consumed": c,
+              "processes": len(workers)}
+    if opts.measure_latency:
+        samples = sorted(s for r in results for s in r["latency_samples"])
+        result.update(_percentiles(samples))
+    bad = sum(r["invalid_bodies"] for r in results)
+    if opts.verify:
+        result["invalid_bodies"] = bad
+    if opts.json:
+        print(orjson.dumps(result).decode())
+    else:
+        print("Summary:")
+        print(f"Average publish rate: {result['avg_pub_rate']} msgs/s")
+        print(f"Average consume rate: {result['avg_consume_rate']} msgs/s")
+    if bad:
+        raise RuntimeError(f"{bad} message bodies did not match what was published")
+    return result
+
+
+def _percentiles(samples):
     if not samples:
         return {"latency_p50_ms": None, "latency_p95_ms": None, "latency_p99_ms": None}
 
