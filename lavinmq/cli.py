@@ -39,21 +39,23 @@ def setup_logging(config):
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(UTCFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.lavinmq_owned = True
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)
-        old.close()
+        if getattr(old, "lavinmq_owned", False):   # others' handlers are theirs to close
+            old.close()
     root.addHandler(handler)
     root.setLevel(LEVELS[config.log_level])
 
 
 def make_data_dir(path):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"data directory {path} is not a directory")
     try:
         os.makedirs(path, mode=0o750, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create data directory {path}: {exc.strerror or exc}") from None
-    if not os.path.isdir(path):
-        raise ConfigError(f"data directory {path} is not a directory")
 
 
 def main(argv=None) -> int:

@@ -133,8 +133,8 @@ class User:
         if not isinstance(d, dict) or not isinstance(d.get("name"), str):
             raise ValueError("a user needs a string 'name'")
         password_hash = d.get("password_hash") or ""
-        # LavinMQ (and RabbitMQ before 3.6) defaults to MD5 when no algorithm is given
-        algorithm = algorithm_name(d.get("hashing_algorithm") or "md5")
+        # LavinMQ (and RabbitMQ before 3.6) take a hash with no algorithm as MD5
+        algorithm = algorithm_name(d.get("hashing_algorithm") or ("md5" if password_hash else DEFAULT_ALGORITHM))
         if password_hash:
             check_hash(password_hash, algorithm)
         perms = {}

@@ -1,0 +1,248 @@
+"""Config: defaults < ini file < environment < CLI; every bad value names
+where it came from."""
+import textwrap
+
+import pytest
+
+from lavinmq.config import Config, parse_args
+from lavinmq.errors import ConfigError
+
+GUEST_HASH = "+pHuxkR9fCyrrwXjOD4BP4XbzO3l8LJr8YkThMgJ0yVHFRE+"   # LavinMQ's default: sha256 of "guest"
+
+
+@pytest.fixture
+def env(tmp_path):
+    """An environment whose default config directory is empty, so that a
+    /etc/lavinmq/lavinmq.ini on the test machine cannot leak in."""
+    empty = tmp_path / "etc"
+    empty.mkdir()
+    return {"LAVINMQ_CONFIGURATION_DIRECTORY": str(empty)}
+
+
+def ini(tmp_path, text, name="lavinmq.ini"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_defaults(env):
+    c = Config.load([], env)
+    assert (c.data_dir, c.log_level, c.log_file, c.config_file) == ("/var/lib/lavinmq", "info", None, None)
+    assert (c.amqp_bind, c.amqp_port, c.http_bind, c.http_port) == ("127.0.0.1", 5672, "127.0.0.1", 15672)
+    assert (c.heartbeat, c.frame_max, c.channel_max) == (300, 131072, 2048)
+    assert c.max_message_size == 128 * 1024 * 1024 and c.segment_size == 8 * 1024 * 1024
+    assert c.data_dir_lock is True and c.set_timestamp is False and c.free_disk_min == 0
+    assert (c.default_user, c.default_password, c.default_password_hash) == ("guest", "guest", None)
+    assert c.default_user_only_loopback is True
+    assert c.warnings == []
+
+
+def test_every_ini_key(tmp_path, env):
+    path = ini(tmp_path, f"""
+        [main]
+        data_dir = /srv/lavin
+        log_level = DEBUG
+        log_file = /tmp/lavin.log
+        data_dir_lock = false
+        segment_size = 16777216
+        set_timestamp = yes
+        default_user = admin
+        default_password = s3cr%t#x
+        default_password_hash = {GUEST_HASH}
+        default_user_only_loopback = off
+        free_disk_min = 1_000_000
+        [amqp]
+        bind = ::
+        port = 5673
+        heartbeat = 0
+        frame_max = 4096
+        channel_max = 0
+        max_message_size = 1024
+        [mgmt]
+        bind = 0.0.0.0
+        port = 15673
+        """)
+    c = Config.load(["-c", path], env)
+    assert c.config_file == path
+    assert (c.data_dir, c.log_level, c.log_file, c.data_dir_lock) == ("/srv/lavin", "debug", "/tmp/lavin.log", False)
+    assert (c.segment_size, c.set_timestamp, c.free_disk_min) == (16777216, True, 1_000_000)
+    # no interpolation and no inline comments: "%" and "#" stay in the value
+    assert (c.default_user, c.default_password) == ("admin", "s3cr%t#x")
+    assert c.default_password_hash == GUEST_HASH and c.default_user_only_loopback is False
+    assert (c.amqp_bind, c.amqp_port, c.heartbeat, c.frame_max, c.channel_max) == ("::", 5673, 0, 4096, 0)
+    assert c.max_message_size == 1024
+    assert (c.http_bind, c.http_port) == ("0.0.0.0", 15673)
+    assert c.sources["amqp_port"] == "[amqp] port"
+
+
+def test_precedence_ini_env_cli(tmp_path, env):
+    path = ini(tmp_path, """
+        [main]
+        data_dir = /from/ini
+        log_level = error
+        [amqp]
+        port = 1001
+        bind = 10.0.0.1
+        [mgmt]
+        port = 2001
+        """)
+    c = Config.load(["-c", path], env)
+    assert (c.data_dir, c.log_level, c.amqp_port, c.amqp_bind, c.http_port) == ("/from/ini", "error", 1001, "10.0.0.1", 2001)
+
+    env.update(LAVINMQ_DATADIR="/from/env", LAVINMQ_LOG_LEVEL="warn", LAVINMQ_AMQP_PORT="1002",
+               LAVINMQ_AMQP_BIND="10.0.0.2")
+    c = Config.load(["-c", path], env)
+    assert (c.data_dir, c.log_level, c.amqp_port, c.amqp_bind, c.http_port) == ("/from/env", "warn", 1002, "10.0.0.2", 2001)
+
+    c = Config.load(["-c", path, "-D", "/from/cli", "-l", "trace", "-p", "1003", "--amqp-bind", "10.0.0.3"], env)
+    assert (c.data_dir, c.log_level, c.amqp_port, c.amqp_bind, c.http_port) == ("/from/cli", "trace", 1003, "10.0.0.3", 2001)
+    assert c.sources["amqp_port"] == "--amqp-port"
+
+
+def test_env_variables(env):
+    env.update(STATE_DIRECTORY="/state", LAVINMQ_HTTP_PORT="8080", LAVINMQ_HTTP_BIND="::1",
+               LAVINMQ_DEFAULT_USER="admin", LAVINMQ_DEFAULT_PASSWORD=GUEST_HASH, LAVINMQ_LOG_FILE="/x.log")
+    c = Config.load([], env)
+    assert (c.data_dir, c.http_port, c.http_bind, c.log_file) == ("/state", 8080, "::1", "/x.log")
+    assert (c.default_user, c.default_password_hash) == ("admin", GUEST_HASH)
+    # LavinMQ's own variable wins over systemd's STATE_DIRECTORY
+    env["LAVINMQ_DATADIR"] = "/lavin"
+    assert Config.load([], env).data_dir == "/lavin"
+
+
+def test_bind_sets_both_and_specific_flags_win(env):
+    c = Config.load(["-b", "0.0.0.0"], env)
+    assert (c.amqp_bind, c.http_bind) == ("0.0.0.0", "0.0.0.0")
+    c = Config.load(["-b", "0.0.0.0", "--http-bind", "127.0.0.2", "--http-port", "0"], env)
+    assert (c.amqp_bind, c.http_bind, c.http_port) == ("0.0.0.0", "127.0.0.2", 0)
+
+
+def test_flags(env):
+    c = Config.load(["--debug", "--no-data-dir-lock", "--default-user", "bob",
+                     "--default-password-hash", GUEST_HASH, "--default-user-only-loopback", "false"], env)
+    assert (c.log_level, c.data_dir_lock, c.default_user) == ("debug", False, "bob")
+    assert c.default_password_hash == GUEST_HASH and c.default_user_only_loopback is False
+    ns = parse_args(["-D", "/d", "-p", "1"])
+    assert (ns.data_dir, ns.amqp_port) == ("/d", "1")
+
+
+def test_default_config_file_is_found(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "lavinmq.ini").write_text("[amqp]\nport = 5999\n")
+    for var in ("LAVINMQ_CONFIGURATION_DIRECTORY", "CONFIGURATION_DIRECTORY"):
+        c = Config.load([], {var: str(etc)})
+        assert c.amqp_port == 5999 and c.config_file == str(etc / "lavinmq.ini")
+    # -c replaces the default file, it does not add to it
+    other = ini(tmp_path, "[mgmt]\nport = 1\n", "other.ini")
+    c = Config.load(["-c", other], {"LAVINMQ_CONFIGURATION_DIRECTORY": str(etc)})
+    assert (c.amqp_port, c.http_port) == (5672, 1)
+
+
+@pytest.mark.parametrize("section,key,value,message", [
+    ("amqp", "port", "abc", "[amqp] port: 'abc' is not an integer"),
+    ("amqp", "port", "65536", "[amqp] port: 65536 is out of range (0..65535)"),
+    ("amqp", "port", "-1", "[amqp] port: -1 is out of range"),
+    ("mgmt", "port", "99999", "[mgmt] port: 99999 is out of range"),
+    ("amqp", "frame_max", "4095", "[amqp] frame_max: 4095 is out of range (4096.."),
+    ("amqp", "channel_max", "70000", "[amqp] channel_max: 70000 is out of range"),
+    ("amqp", "heartbeat", "1.5", "[amqp] heartbeat: '1.5' is not an integer"),
+    ("amqp", "max_message_size", "-5", "[amqp] max_message_size: -5 is out of range"),
+    ("main", "segment_size", "-1", "[main] segment_size: -1 is out of range"),
+    ("main", "free_disk_min", "-1", "[main] free_disk_min: -1 is out of range"),
+    ("main", "log_level", "verbose", "[main] log_level: unknown log level 'verbose'"),
+    ("main", "data_dir_lock", "maybe", "[main] data_dir_lock: 'maybe' is not a boolean"),
+    ("main", "set_timestamp", "2", "[main] set_timestamp: '2' is not a boolean"),
+    ("main", "data_dir", "", "[main] data_dir: '' must be a non-empty string"),
+    ("main", "default_password_hash", "Z3Vlc3Q=", "[main] default_password_hash: password hash is 5 bytes"),
+    ("main", "default_password_hash", "!!", "[main] default_password_hash: password hash is not valid base64"),
+])
+def test_bad_ini_value_names_section_and_key(tmp_path, env, section, key, value, message):
+    path = ini(tmp_path, f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError) as e:
+        Config.load(["-c", path], env)
+    assert message in str(e.value)
+    assert str(e.value).startswith(path)
+
+
+def test_unknown_key_and_section(tmp_path, env):
+    with pytest.raises(ConfigError, match=r"\[amqp\] prot: unknown setting"):
+        Config.load(["-c", ini(tmp_path, "[amqp]\nprot = 1\n")], env)
+    with pytest.raises(ConfigError, match=r"\[mian\]: unknown section"):
+        Config.load(["-c", ini(tmp_path, "[mian]\ndata_dir = /x\n")], env)
+    # configparser's DEFAULT section is not special here
+    with pytest.raises(ConfigError, match=r"\[DEFAULT\]: unknown section"):
+        Config.load(["-c", ini(tmp_path, "[DEFAULT]\nport = 1\n")], env)
+    with pytest.raises(ConfigError, match="config file"):
+        Config.load(["-c", ini(tmp_path, "port = 1\n")], env)          # no section header
+    with pytest.raises(ConfigError, match="config file"):
+        Config.load(["-c", ini(tmp_path, "[amqp]\nport = 1\nport = 2\n")], env)
+
+
+def test_lavinmq_keys_we_do_not_implement_only_warn(tmp_path, env):
+    # shaped like LavinMQ's shipped lavinmq.ini
+    path = ini(tmp_path, """
+        [main]
+        data_dir = /var/lib/lavinmq
+        log_level = info
+        pidfile = /run/lavinmq.pid
+        [mgmt]
+        bind = ::
+        tls_port = 15671
+        [amqp]
+        bind = ::
+        tls_port = 5671
+        [mqtt]
+        bind = ::
+        [clustering]
+        enabled = false
+        """)
+    c = Config.load(["-c", path], env)
+    assert (c.amqp_bind, c.http_bind) == ("::", "::")
+    text = "\n".join(c.warnings)
+    for what in ("[main] pidfile", "[mgmt] tls_port", "[amqp] tls_port", "[mqtt]", "[clustering]"):
+        assert what in text
+
+
+def test_deprecated_aliases(tmp_path, env):
+    path = ini(tmp_path, "[http]\nport = 1234\n[main]\nguest_only_loopback = false\n[amqp]\nset_timestamp = true\n")
+    c = Config.load(["-c", path], env)
+    assert (c.http_port, c.default_user_only_loopback, c.set_timestamp) == (1234, False, True)
+    assert any("[http] is deprecated" in w for w in c.warnings)
+
+
+def test_missing_config_file(tmp_path, env):
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}/nope.ini"):
+        Config.load(["-c", str(tmp_path / "nope.ini")], env)
+
+
+def test_bad_env_value_names_variable(env):
+    env["LAVINMQ_AMQP_PORT"] = "http"
+    with pytest.raises(ConfigError, match="environment LAVINMQ_AMQP_PORT: 'http' is not an integer"):
+        Config.load([], env)
+    del env["LAVINMQ_AMQP_PORT"]
+    env["LAVINMQ_LOG_LEVEL"] = "loud"
+    with pytest.raises(ConfigError, match="environment LAVINMQ_LOG_LEVEL: unknown log level"):
+        Config.load([], env)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-p", "abc"], "--amqp-port: 'abc' is not an integer"),
+    (["--http-port", "70000"], "--http-port: 70000 is out of range"),
+    (["-l", "chatty"], "--log-level: unknown log level 'chatty'"),
+    (["--default-user-only-loopback", "sometimes"], "--default-user-only-loopback: 'sometimes' is not a boolean"),
+    (["--default-password-hash", "xyz"], "--default-password-hash: password hash"),
+    (["-D", ""], "--data-dir: '' must be a non-empty string"),
+])
+def test_bad_flag_value_names_flag(env, argv, message):
+    with pytest.raises(ConfigError) as e:
+        Config.load(argv, env)
+    assert message in str(e.value)
+
+
+def test_validate_config_built_in_code():
+    Config().validate()
+    with pytest.raises(ConfigError, match="frame_max: 100 is out of range"):
+        Config(frame_max=100).validate()
+    with pytest.raises(ConfigError, match="amqp_port: '5672' is not an integer"):
+        Config(amqp_port="5672").validate()
