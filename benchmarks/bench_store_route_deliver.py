@@ -51,6 +51,18 @@ def test_route_topic_cached(per_message, vhost):
     per_message(lambda n: bench_route(ex, b"stock.7.nyse", n))
 
 
+def test_route_headers(per_message, vhost):
+    """Headers exchanges are not cached: the headers table is decoded per
+    message (the one routing path that still builds Python objects)."""
+    for i in range(10):
+        vhost.declare_queue(f"h{i}", False, None, False, {})
+        vhost.bind_queue(f"h{i}", "amq.headers", "", {"x-match": "all", "region": f"r{i}", "kind": "order"})
+    ex = vhost.exchanges["amq.headers"]
+    props = codec.encode_properties({"headers": {"region": "r3", "kind": "order"}}, True)
+    assert [q.name for q in bench_route(ex, b"", 1, props)] == ["h3"]
+    per_message(lambda n: bench_route(ex, b"", n, props), n=1000)
+
+
 def test_route_topic_uncached_resolve(per_message, vhost):
     for i in range(50):
         vhost.declare_queue(f"t{i}", False, None, False, {})

@@ -25,7 +25,7 @@ class Server:
         self.data_dir = config.data_dir
         self.connections = set()
         self.vhosts = {}
-        self.users = UserStore(self.data_dir, config.default_user, config.default_password)
+        self.users = UserStore.from_config(config)
         self.listeners = []
         self._housekeeping = None
         self._load_vhosts()

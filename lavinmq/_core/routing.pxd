@@ -24,8 +24,16 @@ cdef class Exchange:
         list c_keys
         list c_vals
         Py_ssize_t c_mask
+        # second cache for routes that depend on headers: keyed on the routing
+        # key plus the raw headers table, which repeats in most workloads
+        uint64_t *h_hash
+        uint64_t *h_version
+        list h_keys
+        list h_vals
         public uint64_t publish_in_count
         public uint64_t publish_out_count
 
     cdef int alloc_cache(self) except -1
+    cdef int alloc_headers_cache(self) except -1
+    cdef tuple route_by_headers(self, const char *rk, Py_ssize_t rklen, const char *props_le, Py_ssize_t props_len)
     cdef tuple route(self, const char *rk, Py_ssize_t rklen, const char *props_le, Py_ssize_t props_len)
