@@ -68,25 +68,18 @@ def main(argv=None):
         parser.error("-V/--verify and -l/--measure-latency cannot be combined (latency stamps the body)")
     if opts.command == "throughput" and opts.transaction_acks and not opts.ack:
         parser.error("-T/--transaction-acks needs -a/--ack")
+    import uvloop
     if opts.command == "throughput" and opts.processes > 1:
         from lavinmq.perf.throughput import run_processes
-        try:
-            run_processes(opts)
-        except KeyboardInterrupt:
-            return 130
-        except Exception as exc:
-            print(f"lavinmqperf: error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    if opts.command == "throughput":
+        task = lambda: run_processes(opts)          # noqa: E731 - forks before any loop exists
+    elif opts.command == "throughput":
         from lavinmq.perf.throughput import run
-        coro = run(opts)
+        task = lambda: uvloop.run(run(opts))        # noqa: E731
     else:
         from lavinmq.perf.churn import SCENARIOS
-        coro = SCENARIOS[opts.command](opts)
+        task = lambda: uvloop.run(SCENARIOS[opts.command](opts))   # noqa: E731
     try:
-        import uvloop
-        uvloop.run(coro)
+        task()
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -218,16 +218,20 @@ async def run(opts, report=None):
             await cl.close()
         except Exception:
             pass
+    print_summary(opts, result)
+    return result
+
+
+def print_summary(opts, result):
     if opts.json:
         print(orjson.dumps(result).decode())
-    else:
-        print("Summary:")
-        print(f"Average publish rate: {result['avg_pub_rate']} msgs/s")
-        print(f"Average consume rate: {result['avg_consume_rate']} msgs/s")
-        if opts.measure_latency:
-            print(f"Latency p50: {result['latency_p50_ms']} ms p95: {result['latency_p95_ms']} ms "
-                  f"p99: {result['latency_p99_ms']} ms")
-    return result
+        return
+    print("Summary:")
+    print(f"Average publish rate: {result['avg_pub_rate']} msgs/s")
+    print(f"Average consume rate: {result['avg_consume_rate']} msgs/s")
+    if opts.measure_latency:
+        print(f"Latency p50: {result['latency_p50_ms']} ms p95: {result['latency_p95_ms']} ms "
+              f"p99: {result['latency_p99_ms']} ms")
 
 
 def latency_summary(consumers):
@@ -306,12 +310,7 @@ def run_processes(opts):
     bad = sum(r["invalid_bodies"] for r in results)
     if opts.verify:
         result["invalid_bodies"] = bad
-    if opts.json:
-        print(orjson.dumps(result).decode())
-    else:
-        print("Summary:")
-        print(f"Average publish rate: {result['avg_pub_rate']} msgs/s")
-        print(f"Average consume rate: {result['avg_consume_rate']} msgs/s")
+    print_summary(opts, result)
     if bad:
         raise RuntimeError(f"{bad} message bodies did not match what was published")
     return result
