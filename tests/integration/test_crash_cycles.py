@@ -61,8 +61,10 @@ class Consumer(threading.Thread):
                 i = int(p.message_id)
                 if body != body_for(i) or p.headers != {"i": i} or p.delivery_mode != 2:
                     self.bad.append(i)
-                ch.basic_ack(m.delivery_tag)
+                # counted before it is sent: an ack the broker applied just before
+                # the kill may never return here (the in-flight window)
                 self.acked.add(i)
+                ch.basic_ack(m.delivery_tag)
         except Exception:
             pass
 
