@@ -1,5 +1,6 @@
-"""Argument tables compared on redeclare: numbers by value (10 == 10.0),
-everything else exactly."""
+"""Redeclare equivalence: flags compared exactly, argument tables with
+numbers compared by value (10 == 10.0)."""
+from lavinmq.errors import PreconditionFailed
 
 
 def _norm(v):
@@ -27,3 +28,17 @@ def args_equal(a, b):
         if _norm(a.get(key)) != _norm(b.get(key)):
             return key
     return None
+
+
+def check_equivalent(kind, name, vhost, flags, mine_args, their_args, class_id):
+    """Raise 406 for the first flag (name, current, requested) or argument
+    that differs from what the existing queue/exchange has."""
+    where = f"for {kind} '{name}' in vhost '{vhost}'"
+    for flag, mine, theirs in flags:
+        if mine != theirs:
+            raise PreconditionFailed(f"inequivalent arg '{flag}' {where}: received "
+                                     f"'{str(theirs).lower()}' but current is '{str(mine).lower()}'",
+                                     class_id, 10)
+    diff = args_equal(mine_args, their_args)
+    if diff is not None:
+        raise PreconditionFailed(f"inequivalent arg '{diff}' {where}", class_id, 10)

@@ -70,9 +70,6 @@ class Exchange(CoreExchange):
     def _remove(self, binding):
         pass
 
-    def in_use(self):
-        return bool(self.bindings)
-
     # -- routing -------------------------------------------------------------
 
     def match(self, routing_key, headers):
@@ -198,9 +195,6 @@ class DefaultExchange(Exchange):
     def match(self, routing_key, headers):
         q = self.vhost.queues.get(routing_key)
         return (q,) if q is not None else ()
-
-    def in_use(self):
-        return True
 
 
 EXCHANGE_TYPES = {

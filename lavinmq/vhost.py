@@ -10,7 +10,7 @@ import base64
 from lavinmq import definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.segment import MessageStore
-from lavinmq.args import args_equal
+from lavinmq.args import check_equivalent
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class
 from lavinmq.queue import Queue
@@ -132,20 +132,13 @@ class VHost:
             if ex is None:
                 raise NotFound(f"no exchange '{name}' in vhost '{self.name}'", 40, 10)
             return ex
-        if name == "" :
+        if name == "":
             raise AccessRefused("operation not permitted on the default exchange", 40, 10)
         if ex is not None:
-            for attr, mine, theirs in (("type", ex.type, type_name), ("durable", ex.durable, durable),
-                                       ("auto_delete", ex.auto_delete, auto_delete),
-                                       ("internal", ex.internal, internal)):
-                if mine != theirs:
-                    raise PreconditionFailed(
-                        f"inequivalent arg '{attr}' for exchange '{name}' in vhost '{self.name}': "
-                        f"received '{str(theirs).lower()}' but current is '{str(mine).lower()}'", 40, 10)
-            diff = args_equal(ex.arguments, arguments)
-            if diff is not None:
-                raise PreconditionFailed(
-                    f"inequivalent arg '{diff}' for exchange '{name}' in vhost '{self.name}'", 40, 10)
+            check_equivalent("exchange", name, self.name,
+                             (("type", ex.type, type_name), ("durable", ex.durable, durable),
+                              ("auto_delete", ex.auto_delete, auto_delete), ("internal", ex.internal, internal)),
+                             ex.arguments, arguments, 40)
             return ex
         if name.startswith("amq."):
             raise AccessRefused(

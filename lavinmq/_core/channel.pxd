@@ -57,6 +57,7 @@ cdef class Channel:
         int pstate
         WriteBuffer rec
         Py_ssize_t props_off
+        Py_ssize_t props_len
         uint64_t body_left
         bint mandatory
         bint immediate
@@ -92,7 +93,8 @@ cdef class Channel:
     cdef int on_header(self, const char *p, Py_ssize_t n) except -1
     cdef int on_body(self, const char *p, Py_ssize_t n) except -1
     cdef int publish_complete(self) except -1
-    cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, bint mandatory, bint immediate) except -1
+    cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, Py_ssize_t props_len,
+                          bint mandatory, bint immediate) except -1
     cdef Exchange exchange_for(self, const char *name, Py_ssize_t n)
     cdef uint32_t index_of(self, Queue q) except? 0xffffffff
     cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx) except -1

@@ -10,7 +10,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
 from lavinmq._core.channel cimport ConnState, Channel
-from lavinmq._core.codec cimport decode_method_args
+from lavinmq._core.codec cimport decode_method_args, encode_method_args
 from lavinmq._core cimport spec
 
 from lavinmq.errors import (
@@ -271,8 +271,15 @@ cdef class CoreConnection:
     # -- helpers for the control plane --------------------------------------
 
     def send_method(self, uint16_t ch, int class_id, int method_id, tuple args=()):
-        from lavinmq._core.codec import encode_method_frame
-        self.state.wbuf.write_bytes(encode_method_frame(ch, class_id, method_id, args))
+        cdef WriteBuffer wb = self.state.wbuf
+        cdef Py_ssize_t start = wb.len
+        wb.start_method(ch, class_id, method_id)
+        try:
+            encode_method_args(wb, class_id, method_id, args)
+        except BaseException:
+            wb.len = start          # never leave half a frame in the output
+            raise
+        wb.end_frame()
 
     def send_raw(self, bytes data):
         self.state.wbuf.write_bytes(data)
@@ -290,6 +297,8 @@ def bench_feed(CoreConnection conn, bytes data, int repeat):
     """Benchmarks: feed the same bytes through the frame parser repeat times."""
     cdef int i
     cdef Py_ssize_t n = len(data)
+    if n > conn.rcap:
+        raise ValueError("bench_feed: data larger than the read buffer")
     for i in range(repeat):
         memcpy(conn.rbuf + conn.rlen, <const char *>data, n)
         conn.rlen += n

@@ -574,6 +574,10 @@ cdef class MessageStore:
     def segment_count(self):
         return sum(1 for s in self.segs if s is not None)
 
+    def segment_ids(self):
+        """Ids of the segments that exist, oldest first."""
+        return [(<Segment>x).id for x in self.segs if x is not None]
+
     @property
     def mapped_segments(self):
         return sum(1 for s in self.segs if s is not None and s.mapped)

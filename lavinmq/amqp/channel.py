@@ -24,20 +24,21 @@ class AMQPChannel(CoreChannel):
 
     # -- permissions -------------------------------------------------------------
 
-    def _check(self, allowed, kind, what, name, class_id, method_id):
-        if not allowed:
+    def _check(self, kind, what, name, class_id, method_id):
+        """kind: configure, write or read (User.can_<kind>)."""
+        if not getattr(self.user, "can_" + kind)(self.vhost.name, name):
             raise AccessRefused(
                 f"access to {what} '{name}' in vhost '{self.vhost.name}' refused for user "
                 f"'{self.user.name}'", class_id, method_id)
 
     def can_configure(self, name, what, class_id, method_id):
-        self._check(self.user.can_configure(self.vhost.name, name), "configure", what, name, class_id, method_id)
+        self._check("configure", what, name, class_id, method_id)
 
     def can_write(self, name, what, class_id, method_id):
-        self._check(self.user.can_write(self.vhost.name, name), "write", what, name, class_id, method_id)
+        self._check("write", what, name, class_id, method_id)
 
     def can_read(self, name, what, class_id, method_id):
-        self._check(self.user.can_read(self.vhost.name, name), "read", what, name, class_id, method_id)
+        self._check("read", what, name, class_id, method_id)
 
     # -- the publish path's one upcall: an exchange the cache did not have -------
 

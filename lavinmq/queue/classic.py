@@ -1,7 +1,6 @@
 """The classic queue: the control half over `_core.queue.Queue`."""
 from lavinmq._core.queue import Queue as CoreQueue
-from lavinmq.args import args_equal
-from lavinmq.errors import PreconditionFailed
+from lavinmq.args import check_equivalent
 
 
 class Queue(CoreQueue):
@@ -20,18 +19,10 @@ class Queue(CoreQueue):
         return self.exclusive_owner is not None
 
     def check_equivalent(self, durable, exclusive, auto_delete, arguments):
-        for name, mine, theirs in (("durable", self.durable, durable),
-                                   ("exclusive", self.exclusive, exclusive),
-                                   ("auto_delete", self.auto_delete, auto_delete)):
-            if mine != theirs:
-                raise PreconditionFailed(
-                    f"inequivalent arg '{name}' for queue '{self.name}' in vhost "
-                    f"'{self.vhost.name}': received '{str(theirs).lower()}' but current is "
-                    f"'{str(mine).lower()}'", 50, 10)
-        diff = args_equal(self.arguments, arguments)
-        if diff is not None:
-            raise PreconditionFailed(
-                f"inequivalent arg '{diff}' for queue '{self.name}' in vhost '{self.vhost.name}'", 50, 10)
+        check_equivalent("queue", self.name, self.vhost.name,
+                         (("durable", self.durable, durable), ("exclusive", self.exclusive, exclusive),
+                          ("auto_delete", self.auto_delete, auto_delete)),
+                         self.arguments, arguments, 50)
 
     def add_consumer(self, consumer):
         self.had_consumers = True

@@ -314,13 +314,14 @@ def test_two_bindings_deliver_once(ch):
 
 
 def test_mandatory_unroutable_returned(ch):
-    returned = []
-    ch.add_on_return_callback(lambda c, m, p, b: returned.append((m.reply_code, b)))
+    # with confirms, pika's blocking channel hands the basic.return back in UnroutableError
     ch.confirm_delivery()
-    with pytest.raises(pika.exceptions.UnroutableError):
+    with pytest.raises(pika.exceptions.UnroutableError) as e:
         ch.basic_publish("amq.direct", unique(), b"lost", mandatory=True)
-    ch.connection.process_data_events(0.2)
-    assert returned == [(312, b"lost")] or returned == []
+    [returned] = e.value.messages
+    assert (returned.method.reply_code, returned.method.reply_text, returned.body) == (312, "NO_ROUTE", b"lost")
+    # and the channel stays usable
+    ch.basic_publish("amq.direct", unique(), b"not mandatory")
 
 
 # -- consume, get, ack ---------------------------------------------------------------------
