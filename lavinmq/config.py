@@ -51,6 +51,7 @@ class Config:
     default_user_only_loopback: bool = True
     max_message_size: int = 128 * 1024 * 1024
     free_disk_min: int = 0
+    sync: bool = True       # confirms and tx.commit-ok wait until the messages are on disk
     amqp_bind: str = "127.0.0.1"
     amqp_port: int = 5672
     heartbeat: int = 300
@@ -121,6 +122,7 @@ OPTIONS = {
     "max_message_size": Option("int", (("amqp", "max_message_size"), ("main", "max_message_size")),
                                lo=0, hi=2 ** 32 - 1),
     "free_disk_min": Option("int", (("main", "free_disk_min"),), lo=0, hi=2 ** 63 - 1),
+    "sync": Option("bool", (("main", "sync"),), ("LAVINMQ_SYNC",)),
     "amqp_bind": Option("str", (("amqp", "bind"),), ("LAVINMQ_AMQP_BIND",)),
     "amqp_port": Option("int", (("amqp", "port"),), ("LAVINMQ_AMQP_PORT",), **PORT),
     "heartbeat": Option("int", (("amqp", "heartbeat"),), lo=0, hi=65535),
@@ -136,7 +138,7 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 IGNORED_KEYS = {
     "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
              "tls_ktls", "metrics_http_bind", "metrics_http_port", "control_unix_path",
-             "stats_interval", "stats_log_size", "socket_buffer_size", "tcp_nodelay", "sync",
+             "stats_interval", "stats_log_size", "socket_buffer_size", "tcp_nodelay",
              "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
              "free_disk_warn", "load_definitions", "max_deleted_definitions", "consumer_timeout",
              "consumer_timeout_loop_interval", "auth_backends", "default_consumer_prefetch",
@@ -261,6 +263,9 @@ def apply_args(config, args):
             config.set(field, value, flag)
     if args.debug:
         config.set("log_level", "debug", "--debug")
+    if args.no_sync:
+        config.sync = False
+        config.sources["sync"] = "--no-sync"
     if args.no_data_dir_lock:
         config.data_dir_lock = False
         config.sources["data_dir_lock"] = "--no-data-dir-lock"
@@ -289,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-user-only-loopback", dest="default_user_only_loopback", metavar="BOOL",
                    help="the default user may only connect from loopback (default true)")
     p.add_argument("--no-data-dir-lock", action="store_true", help="do not flock DATA_DIR/.lock")
+    p.add_argument("--no-sync", action="store_true",
+                   help="send confirms once messages are written, without waiting for the disk "
+                        "(faster; a power loss can lose confirmed messages, a crash cannot)")
     p.add_argument("-v", "--version", action="version", version=f"lavinmq {lavinmq.__version__}")
     return p
 

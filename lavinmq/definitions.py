@@ -26,10 +26,11 @@ KNOWN = {EXCHANGE_DECLARE, EXCHANGE_DELETE, EXCHANGE_BIND, EXCHANGE_UNBIND,
 
 
 class DefinitionsFile:
-    def __init__(self, path):
+    def __init__(self, path, syncer=None):
         self.path = path
         self.removals = 0
         self.f = None
+        self.syncer = syncer    # declarations reach the disk with the next confirmed messages
 
     def read(self):
         """-> list of ((class_id, method_id), args). A damaged tail is cut at
@@ -75,6 +76,8 @@ class DefinitionsFile:
     def append(self, key, args):
         self.f.write(encode_method_frame(0, key[0], key[1], tuple(args)))
         self.f.flush()
+        if self.syncer is not None:
+            self.syncer.add_file(self.path)
         if key in (EXCHANGE_DELETE, EXCHANGE_UNBIND, QUEUE_DELETE, QUEUE_UNBIND):
             self.removals += 1
 

@@ -11,6 +11,7 @@ import orjson
 import lavinmq
 from lavinmq.amqp.connection import AMQPConnection
 from lavinmq.auth.users import UserStore
+from lavinmq.sync import Syncer
 from lavinmq.vhost import VHost, sha1
 
 log = logging.getLogger("lavinmq.server")
@@ -26,6 +27,7 @@ class Server:
         self.connections = set()
         self.vhosts = {}
         self.users = UserStore.from_config(config)
+        self.syncer = Syncer(self.data_dir) if config.sync else None
         self.listeners = []
         self._housekeeping = None
         self._load_vhosts()
@@ -43,7 +45,7 @@ class Server:
         except FileNotFoundError:
             names = ["/"]
         for name in names:
-            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size)
+            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size, self.syncer)
         self._save_vhosts()
 
     def _save_vhosts(self):
@@ -57,7 +59,7 @@ class Server:
 
     def add_vhost(self, name):
         if name not in self.vhosts:
-            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size)
+            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size, self.syncer)
             self._save_vhosts()
         return self.vhosts[name]
 

@@ -35,8 +35,9 @@ def check_name(kind, name, class_id, method_id):
 
 
 class VHost:
-    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024):
+    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None):
         self.name = name
+        self.syncer = syncer        # lavinmq.sync.Syncer when confirms wait for the disk
         self.dir = os.path.join(data_dir, sha1(name))
         self.transient_dir = os.path.join(self.dir, "transient")
         self.segment_size = segment_size
@@ -45,7 +46,7 @@ class VHost:
         self.queues = {}
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
-        self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"))
+        self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"), syncer)
         self._predeclare()
         self._load()
         self.definitions.open()
@@ -203,6 +204,8 @@ class VHost:
         transient = not durable or exclusive_owner is not None
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
         store = MessageStore(store_dir, self.segment_size, f"{self.name}/{name}")
+        if not transient:
+            store.syncer = self.syncer
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()

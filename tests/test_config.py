@@ -246,3 +246,17 @@ def test_validate_config_built_in_code():
         Config(frame_max=100).validate()
     with pytest.raises(ConfigError, match="amqp_port: '5672' is not an integer"):
         Config(amqp_port="5672").validate()
+
+
+def test_sync_on_by_default_off_by_ini_env_or_flag(tmp_path, env):
+    assert Config.load([], env).sync is True
+    path = ini(tmp_path, """
+        [main]
+        sync = false
+        """)
+    assert Config.load(["-c", path], env).sync is False
+    assert Config.load([], {**env, "LAVINMQ_SYNC": "false"}).sync is False
+    c = Config.load(["--no-sync"], env)
+    assert c.sync is False and c.sources["sync"] == "--no-sync"
+    with pytest.raises(ConfigError, match=r"\[main\] sync"):
+        Config.load(["-c", ini(tmp_path, "[main]\nsync = maybe\n", "bad.ini")], env)

@@ -24,6 +24,7 @@ cdef class ConnState:
         public uint64_t send_oct
         public uint64_t recv_oct
         public bint throttle         # a queue it fed has consumers falling behind
+        public object syncer         # lavinmq.sync.Syncer, None with sync off
 
     cdef int mark_dirty(self) except -1
 
@@ -102,6 +103,7 @@ cdef class Channel:
     cdef int settle(self, Unacked *u, int action) except -1
     cdef int on_ack(self, uint64_t tag, bint multiple, int action) except -1
     cdef int send_confirms(self) except -1
+    cdef int ack_to(self, uint64_t seq) except -1
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1
 
 

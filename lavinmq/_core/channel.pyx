@@ -311,19 +311,30 @@ cdef class Channel:
         return 0
 
     cdef int send_confirms(self) except -1:
-        cdef WriteBuffer wb = self.state.wbuf
         self.in_confirm_dirty = False
-        if self.publish_seq == self.confirmed_seq or self.closing:
+        return self.ack_to(self.publish_seq)
+
+    cdef int ack_to(self, uint64_t seq) except -1:
+        # one cumulative basic.ack for everything up to seq
+        cdef WriteBuffer wb = self.state.wbuf
+        if seq <= self.confirmed_seq or self.closing or self.state.closed:
             return 0
         wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_ACK)
-        wb.write_u64(self.publish_seq)
-        wb.write_u8(0 if self.publish_seq == self.confirmed_seq + 1 else 1)
+        wb.write_u64(seq)
+        wb.write_u8(0 if seq == self.confirmed_seq + 1 else 1)
         wb.end_frame()
-        self.confirmed_seq = self.publish_seq
-        return 0
+        self.confirmed_seq = seq
+        return 1
 
     def flush_confirms(self):
         self.send_confirms()
+
+    def confirm_to(self, uint64_t seq):
+        """A flush covered publishes up to seq: confirm them. -> the
+        connection to flush, or None if nothing was sent."""
+        if self.ack_to(seq):
+            return self.state.conn
+        return None
 
     # -- deliveries and acks -------------------------------------------------
 

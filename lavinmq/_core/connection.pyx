@@ -86,11 +86,18 @@ cdef class CoreConnection:
     def end_of_batch(self):
         cdef Channel ch
         cdef list dirty = self.state.confirm_dirty
+        syncer = self.state.syncer
         if dirty:
             self.state.confirm_dirty = []
             for x in dirty:
                 ch = <Channel>x
-                ch.flush_confirms()
+                if syncer is None or syncer.idle:
+                    ch.send_confirms()
+                else:
+                    # the messages must reach the disk first: the syncer
+                    # confirms after the flush that covers them
+                    ch.in_confirm_dirty = False
+                    syncer.confirm_later(ch)
         self.flush()
 
     def flush(self):

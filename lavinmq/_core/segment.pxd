@@ -62,6 +62,11 @@ cdef class MessageStore:
         list dirty              # segments with pending ack positions
         readonly bint closed
         public object log_name
+        # group commit (lavinmq.sync): set for durable queues when sync is on
+        public object syncer
+        bint sync_marked        # already in the syncer's list for the next flush
+        uint32_t sync_from      # first segment written since the last flush
+        bint sync_dir           # a segment file was created since the last flush
 
     cdef Segment segment(self, uint32_t seg_id)
     cdef int open_new_segment(self, Py_ssize_t min_size) except -1
@@ -74,6 +79,7 @@ cdef class MessageStore:
     cdef int maybe_drop_segment(self, Segment s) except -1
     cdef Py_ssize_t read_acks(self, Segment s, uint32_t **out) except -1
     cdef int load_segment(self, Segment s, bint last) except -1
+    cdef int mark_for_sync(self) except -1
 
 
 # Record: ts i64 | exchange shortstr | routing key shortstr | properties |

@@ -364,6 +364,7 @@ cdef class MessageStore:
         c_close(s.fd)
         s.fd = -1
         s.size = SEGMENT_HEADER
+        self.sync_dir = True     # the new file's directory entry must reach the disk too
         while self.base_id + len(self.segs) < seg_id:
             self.segs.append(None)
         self.segs.append(s)
@@ -403,6 +404,30 @@ cdef class MessageStore:
             self._drop(s)
         return 0
 
+    # -- group commit --------------------------------------------------------
+
+    cdef int mark_for_sync(self) except -1:
+        # once per store per flush round, not per message
+        self.sync_marked = True
+        self.sync_from = self.wseg.id
+        self.syncer.dirty.append(self)
+        return 0
+
+    def take_sync_paths(self):
+        """-> (segment files written since the last flush, directory or
+        None): what the syncer's next flush must make durable. Resets the
+        marks, so writes from here on go into the following flush."""
+        paths = []
+        if self.sync_marked:
+            for seg_id in range(self.sync_from, self.wseg.id + 1):
+                s = self.segment(seg_id)
+                if s is not None and not s.dropped:
+                    paths.append(s.path)
+        directory = self.dir if self.sync_dir else None
+        self.sync_marked = False
+        self.sync_dir = False
+        return paths, directory
+
     # -- messages ------------------------------------------------------------
 
     cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1:
@@ -417,6 +442,8 @@ cdef class MessageStore:
         out.seg = s.id
         out.pos = <uint32_t>s.size
         out.size = <uint32_t>n
+        if self.syncer is not None and not self.sync_marked:
+            self.mark_for_sync()
         s.size += n
         s.msg_count += 1
         self.ready += 1

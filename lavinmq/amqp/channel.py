@@ -240,7 +240,18 @@ class AMQPChannel(CoreChannel):
         if not self.tx:
             raise PreconditionFailed("channel is not transactional", 90, 20)
         self.commit()
+        syncer = self.connection.server.syncer
+        if syncer is None:
+            self.send(90, 21)
+        else:
+            syncer.after_flush(self._commit_ok)
+
+    def _commit_ok(self):
+        # after the flush that made the committed messages durable
+        if self.closing or self.state.closed:
+            return None
         self.send(90, 21)
+        return self.connection
 
     def tx_rollback(self, args):
         if not self.tx:

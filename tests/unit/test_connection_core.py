@@ -39,6 +39,7 @@ class FakeServer:
         self.users = UserStore(str(tmp_path))
         self.vhosts = {"/": VHost("/", str(tmp_path))}
         self.connections = set()
+        self.syncer = None      # no event loop here: confirms go out at once
 
 
 def feed(conn, data, chunk=None):

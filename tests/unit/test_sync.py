@@ -1,0 +1,106 @@
+"""Group commit (lavinmq.sync) with real stores and files: what waits for a
+flush runs only after the flush that covers it, and everything written
+while one flush runs is covered by a single next one."""
+import asyncio
+import os
+import threading
+
+import pytest
+
+from lavinmq import sync
+from lavinmq._core.segment import MessageStore
+from tests.unit.records import record
+
+
+@pytest.fixture
+def flushes(monkeypatch):
+    """Record each flush's files; a flush blocks until the test lets it go."""
+    calls = []
+    gates = []
+    real = sync.flush_files
+
+    def gated(files, dirs, anchor):
+        gate = threading.Event()
+        gates.append(gate)
+        calls.append((sorted(files), list(dirs)))
+        gate.wait(10)
+        real(files, dirs, anchor)
+
+    monkeypatch.setattr(sync, "flush_files", gated)
+    yield calls, gates
+    for gate in gates:
+        gate.set()
+
+
+async def until(cond, timeout=5):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+
+
+async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
+    calls, gates = flushes
+    syncer = sync.Syncer(str(tmp_path))
+    a = MessageStore(str(tmp_path / "a"), 4096)
+    b = MessageStore(str(tmp_path / "b"), 4096)
+    a.syncer = b.syncer = syncer
+    done = []
+
+    a.py_append(record(b"one"))
+    assert not syncer.idle
+    syncer.after_flush(lambda: done.append(1))
+    await until(lambda: len(calls) == 1)
+    # the first flush covers store a's segment and its new directory entry
+    assert calls[0][0] == [str(tmp_path / "a" / "msgs.0000000001")]
+    assert str(tmp_path / "a") in calls[0][1]
+
+    # written while the first flush runs: three waiters, two stores
+    for i in range(50):
+        a.py_append(record(b"x" * 200))
+        b.py_append(record(b"y%d" % i))
+    for n in (2, 3, 4):
+        syncer.after_flush(lambda n=n: done.append(n))
+    await asyncio.sleep(0.05)
+    assert done == []             # nothing confirmed before the disk said so
+    gates[0].set()
+    await until(lambda: done == [1] and len(calls) == 2)
+    # one flush for all of them, with every segment written meanwhile (a rolled over)
+    files = calls[1][0]
+    assert str(tmp_path / "b" / "msgs.0000000001") in files
+    assert sum(1 for f in files if f.startswith(str(tmp_path / "a"))) >= 2
+    assert done == [1]
+    gates[1].set()
+    await until(lambda: done == [1, 2, 3, 4])
+    assert syncer.idle and syncer.flushes == 2
+    # idle: a waiter with nothing to flush runs at once
+    syncer.after_flush(lambda: done.append(5))
+    assert done[-1] == 5 and len(calls) == 2
+    a.close()
+    b.close()
+
+
+async def test_flush_makes_files_durable_without_error(tmp_path):
+    # the real fdatasync/fsync path, including a file dropped meanwhile
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 4096)
+    s.syncer = syncer
+    for i in range(200):
+        s.py_append(record(b"m%d" % i))
+    fut = asyncio.get_running_loop().create_future()
+    syncer.after_flush(lambda: fut.set_result(True))
+    assert await asyncio.wait_for(fut, 5)
+    sync.flush_files([str(tmp_path / "q" / "gone")], [str(tmp_path / "q")], str(tmp_path))
+    dirs = [str(tmp_path / f"d{i}") for i in range(sync.SYNCFS_ABOVE + 1)]
+    for d in dirs:
+        os.mkdir(d)
+    sync.flush_files([], dirs, str(tmp_path))    # the syncfs(2) branch
+    s.close()
+
+
+async def test_transient_store_is_not_tracked(tmp_path):
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "t"), 4096)    # no syncer: a transient queue
+    s.py_append(record(b"m"))
+    assert syncer.idle
+    s.close()
