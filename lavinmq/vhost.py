@@ -203,7 +203,7 @@ class VHost:
         check_name("queue", name, 50, 10)
         transient = not durable or exclusive_owner is not None
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
-        store = MessageStore(store_dir, self.segment_size, f"{self.name}/{name}")
+        store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
         if not transient:
             store.syncer = self.syncer
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)

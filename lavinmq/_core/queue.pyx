@@ -70,6 +70,7 @@ cdef class Queue:
         self.vhost = vhost
         self.store = store
         self.consumers = []
+        self.closed = store.closed      # its data could not be loaded
 
     cdef int schedule(self) except -1:
         return schedule_queue(self)
@@ -201,4 +202,6 @@ cdef class Queue:
         return len(self.consumers)
 
     def purge(self):
+        if self.closed:
+            return 0
         return self.store.purge()

@@ -62,6 +62,7 @@ cdef class MessageStore:
         list dirty              # segments with pending ack positions
         readonly bint closed
         public object log_name
+        readonly object error   # why the store could not be opened (queue closed)
         # group commit (lavinmq.sync): set for durable queues when sync is on
         public object syncer
         bint sync_marked        # already in the syncer's list for the next flush

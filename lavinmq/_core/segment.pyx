@@ -15,20 +15,30 @@ from lavinmq._core.codec cimport props_convert
 
 log = logging.getLogger("lavinmq.store")
 
+
+class CorruptSegment(OSError):
+    """A segment file that is not what this broker wrote: its queue is
+    closed and its files are left for the operator."""
+
 cdef extern from "errno.h":
     int errno
 
 
 cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2:
     """Length of the record at p, 0 for the end-of-data mark (zero
-    timestamp), -1 for a record that does not fit in avail (torn)."""
+    timestamp), -1 for a record that does not fit in avail (torn), or
+    RECORD_MALFORMED for bytes that no writer produced."""
     cdef Py_ssize_t pos = 8
     cdef Py_ssize_t plen
     cdef uint64_t body
+    cdef uint64_t ts
     if avail < 8:
         return 0 if avail == 0 else -1
-    if le64(p) == 0:
+    ts = le64(p)
+    if ts == 0:
         return 0
+    if ts >= MAX_TIMESTAMP:
+        return RECORD_MALFORMED
     if pos + 1 > avail:
         return -1
     pos += 1 + <uint8_t>p[pos]
@@ -37,6 +47,8 @@ cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2:
     pos += 1 + <uint8_t>p[pos]
     if pos > avail:
         return -1
+    if pos + 2 <= avail and p[pos] & 0x03:
+        return RECORD_MALFORMED     # property flags no encoder sets (see codec.props_convert)
     try:
         plen = props_convert(p + pos, avail - pos, NULL, True)
     except Exception:
@@ -69,6 +81,22 @@ cdef int record_parts(const char *rec, const char **ex, Py_ssize_t *exlen,
     bodylen[0] = le64(rec + pos)
     body[0] = rec + pos + 8
     return 0
+
+
+cdef enum:
+    RECORD_MALFORMED = -3
+
+# Timestamps are ms since 1970 (and negative ones would be stored as
+# huge unsigned values): anything past year 2248 is not one we wrote.
+cdef uint64_t MAX_TIMESTAMP = 1 << 43
+
+
+cdef bint all_zero(const char *p, Py_ssize_t n):
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] != 0:
+            return False
+    return True
 
 
 cdef int cmp_u32(const void *a, const void *b) noexcept nogil:
@@ -201,10 +229,19 @@ cdef class MessageStore:
         self.dirty = []
         self.segment_size = segment_size
         self.log_name = log_name or directory
-        os.makedirs(directory, exist_ok=True)
-        self._load()
-        if self.wseg is None:
-            self.open_new_segment(0)
+        self.error = None
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._load()
+            if self.wseg is None:
+                self.open_new_segment(0)
+        except Exception as exc:
+            # one damaged or unreadable queue must not stop the broker, nor
+            # lose its definition: the queue stays declared but closed
+            self.error = str(exc)
+            log.error("queue %s closed: %s", self.log_name, exc)
+            self.close()
+            return
         if self.rseg is None:
             self.rseg = <Segment>self.segs[0]
             self.rpos = SEGMENT_HEADER
@@ -267,14 +304,18 @@ cdef class MessageStore:
             c_close(s.fd)
             s.fd = -1
         if le32(s.base) != SCHEMA_VERSION:
-            raise OSError(f"{s.path}: unknown segment schema version {le32(s.base)}")
+            raise CorruptSegment(f"{s.path}: unknown segment schema version {le32(s.base)}")
         n_acked = self.read_acks(s, &acked)
         j = 0
         try:
             while True:
                 n = record_len(s.base + pos, file_len - pos)
                 if n == 0:
+                    if not last and not all_zero(s.base + pos, file_len - pos):
+                        raise CorruptSegment(f"{s.path}: data after the end mark at byte {pos}")
                     break
+                if n == RECORD_MALFORMED:
+                    raise CorruptSegment(f"{s.path}: malformed record at byte {pos}")
                 if n < 0:
                     log.warning("%s: torn record at byte %d cut off", s.path, pos)
                     if s.writable:

@@ -166,6 +166,7 @@ class AMQPChannel(CoreChannel):
         queue = self._queue_name(queue)
         self.can_read(queue, "queue", 60, 20)
         q = self.vhost.get_queue(queue, 60, 20, self.connection)
+        self._check_open(q, 60, 20)
         if not tag:
             tag = "amq.ctag-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
         elif tag in self.consumers:
@@ -212,7 +213,14 @@ class AMQPChannel(CoreChannel):
         queue = self._queue_name(queue)
         self.can_read(queue, "queue", 60, 70)
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
+        self._check_open(q, 60, 70)
         CoreChannel.basic_get(self, q, no_ack)
+
+    def _check_open(self, q, class_id, method_id):
+        # RabbitMQ answers 404 for a queue that exists but cannot serve
+        if q.closed:
+            raise NotFound(f"queue '{q.name}' in vhost '{self.vhost.name}' is closed: "
+                           f"{q.store.error or 'see the broker log'}", class_id, method_id)
 
     def basic_recover(self, args):
         self.requeue_all()

@@ -158,3 +158,60 @@ def test_random_interleaving_keeps_counts(tmp_path):
     s.py_flush()
     assert s.ready == published - consumed
     assert s.segment_count <= (published - consumed) // 20 + 2
+
+
+def filled(tmp_path, n=30, size=4096):
+    s = MessageStore(str(tmp_path), size)
+    recs = [record(b"z" * 300) for i in range(n)]
+    for r in recs:
+        s.py_append(r)
+    s.close()
+    return recs
+
+
+def test_garbage_in_a_sealed_segment_closes_the_store(tmp_path, caplog):
+    n = len(filled(tmp_path)[0])
+    first = tmp_path / "msgs.0000000001"
+    data = bytearray(first.read_bytes())
+    third = 4 + 2 * n
+    data[third:third + 64] = os.urandom(64)         # the third record's header
+    data[third:third + 8] = b"\xff" * 8              # with a timestamp no clock gives
+    first.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    s = MessageStore(str(tmp_path), 4096, "vh/q1")
+    assert s.closed and "msgs.0000000001" in s.error and "malformed record" in s.error
+    assert s.ready == 0
+    assert any("queue vh/q1 closed" in r.getMessage() and str(first) in r.getMessage()
+               for r in caplog.records)
+    # nothing is cut or rewritten: the operator gets the files as they were
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_bad_schema_version_closes_the_store(tmp_path):
+    filled(tmp_path)
+    second = tmp_path / "msgs.0000000002"
+    data = bytearray(second.read_bytes())
+    data[0:4] = b"\x09\x00\x00\x00"
+    second.write_bytes(bytes(data))
+    s = MessageStore(str(tmp_path), 4096)
+    assert s.closed and "schema version 9" in s.error
+
+
+def test_data_after_the_end_mark_of_a_sealed_segment_is_corruption(tmp_path):
+    n = len(filled(tmp_path)[0])
+    first = tmp_path / "msgs.0000000001"
+    data = bytearray(first.read_bytes())
+    data[4 + n: 4 + n + 8] = b"\x00" * 8      # the second record's timestamp zeroed
+    first.write_bytes(bytes(data))
+    s = MessageStore(str(tmp_path), 4096)
+    assert s.closed and "after the end mark" in s.error
+
+
+def test_zero_tail_of_a_sealed_segment_is_fine(tmp_path):
+    # a crash between filling a segment and cutting it to its data leaves zeros
+    recs = filled(tmp_path)
+    first = tmp_path / "msgs.0000000001"
+    with open(first, "ab") as f:
+        f.write(b"\x00" * 1000)
+    s = MessageStore(str(tmp_path), 4096)
+    assert not s.closed and s.ready == len(recs)
