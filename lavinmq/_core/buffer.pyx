@@ -81,11 +81,11 @@ cdef class WriteBuffer:
         return 0
 
     cdef int write_shortstr_obj(self, object s) except -1:
-        cdef bytes b = s.encode() if PyUnicode_Check(s) else bytes(s)
+        cdef bytes b = s.encode("utf-8", "surrogateescape") if PyUnicode_Check(s) else bytes(s)
         return self.write_shortstr(PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
 
     cdef int write_longstr_obj(self, object s) except -1:
-        cdef bytes b = s.encode() if PyUnicode_Check(s) else bytes(s)
+        cdef bytes b = s.encode("utf-8", "surrogateescape") if PyUnicode_Check(s) else bytes(s)
         self.write_u32(<uint32_t>PyBytes_GET_SIZE(b))
         return self.write_bytes(b)
 

@@ -68,6 +68,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.server.connections.discard(self)
         self._cleanup()
         self.transport = None
+        self.release_buffer()
         log.debug("connection %s closed", self.name)
 
     def eof_received(self):
@@ -304,4 +305,5 @@ def _reply_text(exc):
     from lavinmq.spec import REPLY_CODES
     name = REPLY_CODES.get(exc.reply_code, ("ERROR",))[0]
     text = f"{name} - {exc.reply_text}"
-    return text.encode()[:255].decode(errors="ignore")
+    # names decoded with surrogateescape may hold bytes that are not UTF-8
+    return text.encode("utf-8", "replace")[:255].decode(errors="ignore")

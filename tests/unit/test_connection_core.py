@@ -6,50 +6,8 @@ import pytest
 from pamqp import commands, frame
 
 from lavinmq.amqp.connection import AMQPConnection
-from lavinmq.auth.users import UserStore
-from lavinmq.config import Config
-from lavinmq.vhost import VHost
+from tests.helpers.inproc import FakeServer, FakeTransport, feed
 from tests.helpers.rawclient import publish_frames
-
-
-class FakeTransport:
-    def __init__(self):
-        self.out = bytearray()
-        self.closed = False
-
-    def write(self, data):
-        self.out += data
-
-    def close(self):
-        self.closed = True
-
-    def abort(self):
-        self.closed = True
-
-    def is_closing(self):
-        return self.closed
-
-    def get_extra_info(self, name):
-        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else None
-
-
-class FakeServer:
-    def __init__(self, tmp_path):
-        self.config = Config.load(["-D", str(tmp_path)], env={})
-        self.users = UserStore(str(tmp_path))
-        self.vhosts = {"/": VHost("/", str(tmp_path))}
-        self.connections = set()
-        self.syncer = None      # no event loop here: confirms go out at once
-
-
-def feed(conn, data, chunk=None):
-    """Deliver bytes as the event loop would, optionally in small reads."""
-    chunk = chunk or len(data)
-    for i in range(0, len(data), chunk):
-        part = data[i:i + chunk]
-        buf = conn.get_buffer(len(part))
-        buf[:len(part)] = part
-        conn.buffer_updated(len(part))
 
 
 def frames(transport):
