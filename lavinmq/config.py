@@ -26,6 +26,7 @@ import argparse
 import configparser
 import dataclasses
 import os
+import sys
 from typing import Mapping
 
 import lavinmq
@@ -61,6 +62,8 @@ class Config:
     http_port: int = 15672
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # the command line it was loaded from, to reload on SIGHUP
+    argv: list = dataclasses.field(default_factory=list, repr=False, compare=False)
     # settings that were accepted but ignored; cli logs them
     warnings: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
@@ -72,6 +75,7 @@ class Config:
         env = os.environ if env is None else env
         args = parse_args(argv)
         config = cls()
+        config.argv = list(sys.argv[1:] if argv is None else argv)
         config.config_file = args.config or default_config_file(env)
         if config.config_file:
             apply_ini(config, config.config_file)

@@ -30,6 +30,7 @@ class Server:
         self.syncer = Syncer(self.data_dir) if config.sync else None
         self.listeners = []
         self._housekeeping = None
+        self.disk_alarm = False
         self._load_vhosts()
 
     # -- vhosts ------------------------------------------------------------------
@@ -41,15 +42,24 @@ class Server:
     def _load_vhosts(self):
         try:
             with open(self._vhosts_path, "rb") as f:
-                names = [v["name"] for v in orjson.loads(f.read())]
+                entries = orjson.loads(f.read())
         except FileNotFoundError:
-            names = ["/"]
-        for name in names:
+            entries = [{"name": "/"}]
+        for entry in entries:
+            name = entry["name"]
             self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size, self.syncer)
+            self.vhosts[name].set_limits(entry.get("limits") or {})
+        self._save_vhosts()
+
+    def set_vhost_limits(self, name, limits):
+        """max-connections / max-queues, as RabbitMQ's vhost limits; a
+        negative value removes the limit."""
+        self.vhosts[name].set_limits(limits)
         self._save_vhosts()
 
     def _save_vhosts(self):
-        data = orjson.dumps([{"name": n, "dir": sha1(n)} for n in self.vhosts], option=orjson.OPT_INDENT_2)
+        data = orjson.dumps([{"name": n, "dir": sha1(n), "limits": v.limits} for n, v in self.vhosts.items()],
+                            option=orjson.OPT_INDENT_2)
         tmp = self._vhosts_path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -88,6 +98,7 @@ class Server:
         for sock in server.sockets:
             host, port = sock.getsockname()[:2]
             log.info("AMQP listening on %s:%d", host, port)
+        self.check_disk()
         self._housekeeping = loop.create_task(self._housekeep())
 
     async def _housekeep(self):
@@ -102,9 +113,41 @@ class Server:
                     conn.check_heartbeat(now)
                 except Exception:
                     log.exception("heartbeat check failed for %s", conn.name)
+            self.check_disk()
             if rounds % UNMAP_EVERY == 0:
                 for vhost in self.vhosts.values():
                     vhost.unmap_idle()
+
+    def check_disk(self):
+        """free_disk_min: below it, publishers are blocked until space returns."""
+        limit = self.config.free_disk_min
+        low = False
+        if limit:
+            st = os.statvfs(self.data_dir)
+            free = st.f_bavail * st.f_frsize
+            low = free < limit
+        if low == self.disk_alarm:
+            return
+        self.disk_alarm = low
+        if low:
+            log.warning("disk alarm: %d bytes free in %s, below free_disk_min %d: publishers blocked",
+                        free, self.data_dir, limit)
+        else:
+            log.warning("disk alarm cleared: publishers unblocked")
+        for conn in list(self.connections):
+            conn.set_blocked(low)
+
+    def reload(self):
+        """SIGHUP: re-read the settings that can change while running."""
+        from lavinmq.config import Config
+        try:
+            fresh = Config.load(self.config.argv)
+        except Exception as exc:
+            log.error("config reload failed, keeping the running settings: %s", exc)
+            return
+        self.config.free_disk_min = fresh.free_disk_min
+        log.info("config reloaded: free_disk_min %d", fresh.free_disk_min)
+        self.check_disk()
 
     async def stop(self):
         log.info("shutting down")
@@ -135,6 +178,7 @@ async def serve(config):
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload)
     log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
     await stop.wait()
     await server.stop()

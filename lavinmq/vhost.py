@@ -44,6 +44,8 @@ class VHost:
         self.routing_version = RoutingVersion()
         self.exchanges = {}
         self.queues = {}
+        self.connections = set()
+        self.limits = {}            # "max-connections", "max-queues"
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"), syncer)
@@ -201,6 +203,10 @@ class VHost:
             q.check_equivalent(durable, exclusive_owner is not None, auto_delete, arguments)
             return q
         check_name("queue", name, 50, 10)
+        limit = self.limits.get("max-queues")
+        if limit is not None and len(self.queues) >= limit:
+            raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
+                                     f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
         store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
@@ -213,6 +219,17 @@ class VHost:
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
                                                arguments or {}))
         return q
+
+    def set_limits(self, limits):
+        clean = {}
+        for key, value in limits.items():
+            if key not in ("max-connections", "max-queues"):
+                raise ValueError(f"unknown vhost limit {key!r}")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"vhost limit {key} must be an integer")
+            if value >= 0:
+                clean[key] = value
+        self.limits = clean
 
     def check_exclusive(self, q, connection, class_id, method_id):
         if q.exclusive_owner is not None and q.exclusive_owner is not connection:

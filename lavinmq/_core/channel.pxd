@@ -25,6 +25,8 @@ cdef class ConnState:
         public uint64_t recv_oct
         public bint throttle         # a queue it fed has consumers falling behind
         public object syncer         # lavinmq.sync.Syncer, None with sync off
+        public bint blocked          # resource alarm (disk): publishers are not read
+        public uint64_t publishes    # messages published on this connection
 
     cdef int mark_dirty(self) except -1
 

@@ -255,6 +255,7 @@ cdef class Channel:
         cdef const char *rec = self.rec.buf
         self.pstate = PS_IDLE
         self.publish_count += 1
+        self.state.publishes += 1
         ex = self.exchange_for(rec + 9, <uint8_t>rec[8])
         if self.tx:
             self.tx_msgs.append((ex, self.rec.getvalue(), self.mandatory, self.immediate))

@@ -91,6 +91,7 @@ cdef class CoreConnection:
         return PyMemoryView_FromMemory(self.rbuf + self.rlen, self.rcap - self.rlen, PyBUF_WRITE)
 
     def buffer_updated(self, Py_ssize_t nbytes):
+        cdef uint64_t publishes = self.state.publishes
         self.rlen += nbytes
         self.state.recv_oct += nbytes
         self.last_recv = monotonic()
@@ -99,6 +100,8 @@ cdef class CoreConnection:
         except Exception as exc:    # nothing escapes a read callback
             self.connection_error(exc if isinstance(exc, AMQPError) else InternalError(str(exc)))
         self.end_of_batch()
+        if self.state.blocked and self.state.publishes != publishes:
+            self.block_reading()      # a resource alarm: no more publishes from here
         if self.state.throttle:
             self.state.throttle = False
             self.slow_down()
@@ -274,9 +277,15 @@ cdef class CoreConnection:
             asyncio.get_running_loop().call_later(FLOW_PAUSE, self.resume_after_flow)
 
     def resume_after_flow(self):
-        if self.paused_reading and self.transport is not None and self.phase == PH_OPEN:
+        if self.paused_reading and self.transport is not None and self.phase == PH_OPEN \
+                and not self.state.blocked:
             self.paused_reading = False
             self.transport.resume_reading()
+
+    def block_reading(self):
+        if not self.paused_reading and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused_reading = True
 
     # -- upcalls, implemented by lavinmq.amqp.connection ----------------------
 

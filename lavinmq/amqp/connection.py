@@ -66,10 +66,30 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
+        if self.vhost is not None:
+            self.vhost.connections.discard(self)
         self._cleanup()
         self.transport = None
         self.release_buffer()
         log.debug("connection %s closed", self.name)
+
+    def set_blocked(self, blocked, reason="low on disk"):
+        """A resource alarm starts or ends: tell clients that asked
+        (connection.blocked capability) and stop reading publishers."""
+        if blocked == self.state.blocked or self.phase != 2:
+            return
+        self.state.blocked = blocked
+        if self.capabilities.get("connection.blocked"):
+            if blocked:
+                self.send_method(0, 10, 60, (reason,))
+            else:
+                self.send_method(0, 10, 61, ())
+            self.flush()
+        if blocked:
+            if self.state.publishes:
+                self.block_reading()
+        else:
+            self.resume_after_flow()
 
     def eof_received(self):
         return False
@@ -217,9 +237,17 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             raise NotAllowed(f"vhost '{vhost_name}' not found", 10, 40)
         if not self.user.can_access(vhost_name):
             raise NotAllowed(f"access to vhost '{vhost_name}' refused for user '{self.user.name}'", 10, 40)
+        limit = vhost.limits.get("max-connections")
+        if limit is not None and len(vhost.connections) >= limit:
+            raise NotAllowed(f"access to vhost '{vhost_name}' refused for user '{self.user.name}': "
+                             f"connection limit ({limit}) is reached", 10, 40)
         self.vhost = vhost
+        vhost.connections.add(self)
         self.phase = 2
         self.send_method(0, 10, 41, ("",))
+        self.state.blocked = self.server.disk_alarm
+        if self.state.blocked and self.capabilities.get("connection.blocked"):
+            self.send_method(0, 10, 60, ("low on disk",))
         log.info("connection %s opened by user %s on vhost %s", self.name, self.user.name, vhost_name)
 
     # -- channels ---------------------------------------------------------------

@@ -85,11 +85,12 @@ def _publish(q, body):
 
 
 async def run(cases, seed, data_dir, report_every=0):
-    logging.basicConfig(level=logging.CRITICAL)
     catcher = Tracebacks()
-    logging.getLogger("lavinmq").addHandler(catcher)
-    logging.getLogger("lavinmq").setLevel(logging.WARNING)
-    logging.getLogger("lavinmq").propagate = False
+    logger = logging.getLogger("lavinmq")
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(catcher)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False        # expected warnings would flood the output
     server = FakeServer(data_dir)
     failures = []
     started = time.monotonic()
@@ -128,6 +129,8 @@ async def run(cases, seed, data_dir, report_every=0):
     finally:
         for vhost in server.vhosts.values():
             vhost.close()
+        logger.removeHandler(catcher)
+        logger.level, logger.propagate = saved
     return failures
 
 

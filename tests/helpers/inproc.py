@@ -34,6 +34,7 @@ class FakeServer:
         self.vhosts = {"/": VHost("/", str(tmp_path))}
         self.connections = set()
         self.syncer = None      # no event loop here: confirms go out at once
+        self.disk_alarm = False
 
 
 def feed(conn, data, chunk=None):

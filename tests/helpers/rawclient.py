@@ -9,11 +9,12 @@ from pamqp import body as pbody, commands, frame, header
 
 class RawClient:
     def __init__(self, host, port, user="guest", password="guest", vhost="/",
-                 frame_max=131072, heartbeat=0, handshake=True):
+                 frame_max=131072, heartbeat=0, handshake=True, capabilities=None):
         self.sock = socket.create_connection((host, port), timeout=30)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.frame_max = frame_max
+        self.capabilities = {"consumer_cancel_notify": True, **(capabilities or {})}
         if handshake:
             self.handshake(user, password, vhost, heartbeat)
 
@@ -21,7 +22,7 @@ class RawClient:
         self.sock.sendall(b"AMQP\x00\x00\x09\x01")
         self.expect(commands.Connection.Start)
         self.send(0, commands.Connection.StartOk(
-            client_properties={"capabilities": {"consumer_cancel_notify": True}},
+            client_properties={"capabilities": self.capabilities},
             mechanism="PLAIN", response=f"\0{user}\0{password}"))
         tune = self.expect(commands.Connection.Tune)
         self.frame_max = min(self.frame_max, tune.frame_max)
