@@ -3,11 +3,20 @@ consume/get/ack/reject, confirms, transactions. Each test uses unique names
 on the shared session broker."""
 import decimal
 
+import time
+
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from tests.conftest import unique
+
+
+def wait_for(conn, cond, timeout=10):
+    # pika delivers in process_data_events; a loaded CI machine may need more than one turn
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
 
 
 @pytest.fixture
@@ -412,10 +421,12 @@ def test_prefetch_limits_unacked(ch):
     ch.basic_qos(prefetch_count=3)
     got = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(m.delivery_tag))
-    ch.connection.process_data_events(0.5)
+    wait_for(ch.connection, lambda: len(got) >= 3)
+    ch.connection.process_data_events(0.3)      # and no more than the prefetch
     assert len(got) == 3
     ch.basic_ack(got[-1], multiple=True)
-    ch.connection.process_data_events(0.5)
+    wait_for(ch.connection, lambda: len(got) >= 6)
+    ch.connection.process_data_events(0.3)
     assert len(got) == 6
 
 
@@ -470,7 +481,7 @@ def test_consumer_priority(conn):
     ch.basic_consume(q, lambda c, m, p, b: high.append(b), arguments={"x-priority": 10})
     ch.basic_publish("", q, b"1")
     ch.basic_publish("", q, b"2")
-    conn.process_data_events(0.5)
+    wait_for(conn, lambda: len(high) + len(low) >= 2)
     # the high priority consumer gets the first; with prefetch 1 the second spills to low
     assert high == [b"1"] and low == [b"2"]
 
@@ -483,7 +494,7 @@ def test_server_cancel_when_queue_deleted(conn):
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     tag = ch.basic_consume(q, lambda *a: None)
     conn.channel().queue_delete(q)
-    conn.process_data_events(0.5)
+    wait_for(conn, lambda: cancelled)
     assert cancelled == [tag]
 
 
