@@ -69,6 +69,7 @@ class Consumer(threading.Thread):
             pass
 
 
+@pytest.mark.timeout(60 + CYCLES * 5)     # the long run takes ~1 s per cycle
 def test_kill_cycles_lose_nothing_confirmed(fresh_broker):
     rnd = random.Random(int(os.environ.get("CRASH_SEED", "7")))
     c = pika.BlockingConnection(pika.URLParameters(fresh_broker.url))
