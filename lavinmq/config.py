@@ -60,6 +60,9 @@ class Config:
     channel_max: int = 2048
     http_bind: str = "127.0.0.1"
     http_port: int = 15672
+    metrics_http_bind: str = "127.0.0.1"
+    metrics_http_port: int = 15692
+    control_unix_path: str = ""         # "" = DATA_DIR/lavinmqctl.sock
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -134,6 +137,9 @@ OPTIONS = {
     "channel_max": Option("int", (("amqp", "channel_max"),), lo=0, hi=65535),
     "http_bind": Option("str", (("mgmt", "bind"),), ("LAVINMQ_HTTP_BIND",)),
     "http_port": Option("int", (("mgmt", "port"),), ("LAVINMQ_HTTP_PORT",), **PORT),
+    "metrics_http_bind": Option("str", (("main", "metrics_http_bind"),)),
+    "metrics_http_port": Option("int", (("main", "metrics_http_port"),), **PORT),
+    "control_unix_path": Option("str", (("main", "control_unix_path"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -141,7 +147,7 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 # file written for LavinMQ starts this broker too.
 IGNORED_KEYS = {
     "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
-             "tls_ktls", "metrics_http_bind", "metrics_http_port", "control_unix_path",
+             "tls_ktls",
              "stats_interval", "stats_log_size", "socket_buffer_size", "tcp_nodelay",
              "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
              "free_disk_warn", "load_definitions", "max_deleted_definitions", "consumer_timeout",
@@ -253,6 +259,7 @@ def apply_env(config, env):
 # Flags that map one to one onto a field: (dest, flag as named in errors)
 CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port": "--amqp-port",
               "http_bind": "--http-bind", "http_port": "--http-port", "log_level": "--log-level",
+              "metrics_http_bind": "--metrics-http-bind", "metrics_http_port": "--metrics-http-port",
               "default_user": "--default-user", "default_password_hash": "--default-password-hash",
               "default_user_only_loopback": "--default-user-only-loopback"}
 
@@ -288,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
     p.add_argument("--http-bind", dest="http_bind", metavar="ADDR", help="HTTP address (default 127.0.0.1)")
+    p.add_argument("--metrics-http-port", dest="metrics_http_port", metavar="PORT",
+                   help="Prometheus-only listener without auth (default 15692, 0 = off)")
+    p.add_argument("--metrics-http-bind", dest="metrics_http_bind", metavar="ADDR",
+                   help="its address (default 127.0.0.1)")
     p.add_argument("-l", "--log-level", dest="log_level", metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default info)")
     p.add_argument("-d", "--debug", action="store_true", help="same as --log-level debug")

@@ -31,6 +31,8 @@ class Server:
         self.listeners = []
         self._housekeeping = None
         self.disk_alarm = False
+        self.started = time.monotonic()
+        self.http = None
         self._load_vhosts()
 
     # -- vhosts ------------------------------------------------------------------
@@ -91,6 +93,10 @@ class Server:
 
     async def start(self):
         loop = asyncio.get_running_loop()
+        # HTTP first: once the AMQP port answers, everything does
+        from lavinmq.http.app import HTTPServer
+        self.http = HTTPServer(self)
+        await self.http.start()
         server = await loop.create_server(
             lambda: AMQPConnection(self), self.config.amqp_bind, self.config.amqp_port,
             reuse_address=True, backlog=1024)
@@ -153,6 +159,8 @@ class Server:
         log.info("shutting down")
         for server in self.listeners:
             server.close()
+        if self.http:
+            await self.http.stop()
         if self._housekeeping:
             self._housekeeping.cancel()
         for conn in list(self.connections):

@@ -37,12 +37,15 @@ class BrokerProcess:
         self.proc = None
         self.log_path = os.path.join(self.data_dir + ".log")
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        self.http_port = free_port()
+        self.http_url = f"http://{self.host}:{self.http_port}"
 
     def start(self, timeout=30):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lavinmq", "-D", self.data_dir, "-p", str(self.port),
-             "--amqp-bind", self.host, "--http-port", "0", "-l", "info", *self.extra_args],
+             "--amqp-bind", self.host, "--http-bind", self.host, "--http-port", str(self.http_port),
+             "--metrics-http-port", "0", "-l", "info", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

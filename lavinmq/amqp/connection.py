@@ -4,6 +4,7 @@ gets each non-publish method once, already decoded."""
 import asyncio
 import logging
 import platform
+import time
 
 import lavinmq
 from lavinmq._core.codec import decode_table_bytes
@@ -58,6 +59,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername") or ("?", 0)
         local = transport.get_extra_info("sockname") or ("?", 0)
         self.peer = peer
+        self.local = local
+        self.connected_at = int(time.time() * 1000)
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
         self.server.connections.add(self)
         log.debug("connection from %s", self.name)

@@ -1,0 +1,189 @@
+"""Broker objects as RabbitMQ's management API shows them (see
+../shared/reference/rabbitmq-3.10-management-api-samples.json)."""
+import time
+import urllib.parse
+
+from lavinmq.exchange import DefaultExchange
+
+NODE = "lavinmq@localhost"
+
+
+def rate(value):
+    return {"rate": 0.0} if value is None else {"rate": round(value, 1)}
+
+
+def stats(counters, rates=None):
+    """{"publish": n, "publish_details": {"rate": r}, ...}"""
+    out = {}
+    for key, value in counters.items():
+        out[key] = value
+        out[key + "_details"] = rate((rates or {}).get(key))
+    return out
+
+
+def vhost(v):
+    ready = sum(q.message_count for q in v.queues.values())
+    unacked = sum(q.unacked_count for q in v.queues.values())
+    return {"name": v.name, "description": "", "tags": [], "default_queue_type": "classic",
+            "metadata": {"description": "", "tags": []}, "tracing": False,
+            "cluster_state": {NODE: "running"},
+            "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+            "message_stats": stats({"publish": sum(q.publish_count for q in v.queues.values()),
+                                    "deliver": sum(q.deliver_count for q in v.queues.values()),
+                                    "ack": sum(q.ack_count for q in v.queues.values())}),
+            "limits": dict(v.limits)}
+
+
+def user(u):
+    return {"name": u.name, "password_hash": u.password_hash,
+            "hashing_algorithm": "rabbit_password_hashing_" + u.hashing_algorithm.lower()
+            if not u.hashing_algorithm.startswith("rabbit_") else u.hashing_algorithm,
+            "tags": list(u.tags), "limits": {}}
+
+
+def permission(user_name, vhost_name, p):
+    return {"user": user_name, "vhost": vhost_name, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+def exchange(ex):
+    return {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
+            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+            "user_who_performed_action": "",
+            "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count})}
+
+
+def queue(q, details=False):
+    ready, unacked = q.message_count, q.unacked_count
+    out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
+           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE, "type": "classic",
+           "state": "closed" if q.closed else "running",
+           "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
+           "messages_unacknowledged": unacked, "message_bytes_ready": q.store.ready_bytes,
+           "message_bytes_unacknowledged": q.unacked_bytes,
+           "exclusive_consumer_tag": None, "policy": None, "effective_policy_definition": {},
+           "message_stats": stats({"publish": q.publish_count, "deliver": q.deliver_count,
+                                   "deliver_get": q.deliver_count + q.get_count, "get": q.get_count,
+                                   "ack": q.ack_count, "redeliver": q.redeliver_count})}
+    for key in ("messages", "messages_ready", "messages_unacknowledged"):
+        out[key + "_details"] = rate(None)
+    if details:
+        out["consumer_details"] = [consumer(c) for c in q.consumers]
+    return out
+
+
+def consumer(c):
+    ch = c.channel
+    return {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
+            "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
+            "arguments": c.arguments or {}, "active": True, "activity_status": "up",
+            "channel_details": channel_ref(ch)}
+
+
+def channel_ref(ch):
+    conn = ch.connection
+    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "connection_name": conn.name,
+            "node": NODE, "peer_host": conn.peer[0], "peer_port": conn.peer[1],
+            "user": conn.user.name if conn.user else ""}
+
+
+def properties_key(routing_key, arguments):
+    """RabbitMQ's binding id in URLs: the routing key, plus a hash of the
+    arguments when there are any."""
+    key = urllib.parse.quote(routing_key, safe="") or "~"
+    if arguments:
+        import hashlib
+        import json
+        key += "~" + hashlib.md5(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()[:22]
+    return key
+
+
+def binding(vhost_, b):
+    dest = b.destination
+    from lavinmq.queue import Queue
+    return {"source": b.source.name, "vhost": vhost_.name, "destination": dest.name,
+            "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
+            "routing_key": b.routing_key, "arguments": b.arguments,
+            "properties_key": properties_key(b.routing_key, b.arguments)}
+
+
+def default_binding(vhost_, q):
+    return {"source": "", "vhost": vhost_.name, "destination": q.name, "destination_type": "queue",
+            "routing_key": q.name, "arguments": {}, "properties_key": properties_key(q.name, {})}
+
+
+def connection(conn, now=None):
+    st = conn.state
+    chans = [c for c in conn.channels if c is not None]
+    return {"name": conn.name, "node": NODE, "vhost": conn.vhost.name if conn.vhost else None,
+            "user": conn.user.name if conn.user else None, "state": "blocked" if st.blocked else "running",
+            "channels": len(chans), "channel_max": conn.channel_max, "frame_max": conn.frame_max,
+            "timeout": conn.heartbeat_interval, "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
+            "peer_host": conn.peer[0], "peer_port": conn.peer[1],
+            "host": conn.local[0] if hasattr(conn, "local") else None,
+            "port": conn.local[1] if hasattr(conn, "local") else None,
+            "ssl": False, "type": "network", "connected_at": getattr(conn, "connected_at", None),
+            "client_properties": _jsonable(conn.client_properties),
+            "send_oct": st.send_oct, "recv_oct": st.recv_oct,
+            "send_oct_details": rate(None), "recv_oct_details": rate(None)}
+
+
+def channel(ch):
+    conn = ch.connection
+    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "node": NODE,
+            "vhost": conn.vhost.name if conn.vhost else None, "user": conn.user.name if conn.user else None,
+            "connection_details": {"name": conn.name, "peer_host": conn.peer[0], "peer_port": conn.peer[1]},
+            "confirm": bool(ch.confirm), "transactional": bool(ch.tx), "consumer_count": len(ch.consumers),
+            "messages_unacknowledged": ch.unacked_total, "prefetch_count": ch.prefetch_consumer,
+            "global_prefetch_count": ch.prefetch_global, "state": "closing" if ch.closing else "running",
+            "message_stats": stats({"publish": ch.publish_count, "deliver": ch.deliver_count,
+                                    "ack": ch.ack_count})}
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode(errors="replace")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def definitions(server, only=None):
+    from lavinmq.queue import Queue
+    import lavinmq
+    vhosts = [v for n, v in server.vhosts.items() if only is None or n == only]
+    out = {"lavinmq_version": lavinmq.__version__, "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
+           "product_name": "LavinMQ", "product_version": lavinmq.__version__}
+    if only is None:
+        out["users"] = [dict(user(u), **{"tags": ",".join(u.tags)}) for u in server.users.users.values()]
+        out["vhosts"] = [{"name": v.name, "limits": v.limits, "metadata": {"description": "", "tags": []}}
+                         for v in vhosts]
+        out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
+                              for vn, p in u.permissions.items()]
+    from lavinmq.http.objects import policies_of
+    out["policies"] = [dict(p, vhost=v.name, name=n) for v in vhosts for n, p in policies_of(v).items()]
+    out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
+                         "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments}
+                        for v in vhosts for ex in v.exchanges.values()
+                        if ex.durable and not isinstance(ex, DefaultExchange) and not ex.name.startswith("amq.")]
+    out["queues"] = [{"name": q.name, "vhost": v.name, "durable": True, "auto_delete": q.auto_delete,
+                      "arguments": q.arguments}
+                     for v in vhosts for q in v.queues.values() if q.durable and not q.exclusive]
+    out["bindings"] = [{"source": b.source.name, "vhost": v.name, "destination": b.destination.name,
+                        "destination_type": "queue" if isinstance(b.destination, Queue) else "exchange",
+                        "routing_key": b.routing_key, "arguments": b.arguments}
+                       for v in vhosts for ex in v.exchanges.values() if not isinstance(ex, DefaultExchange)
+                       for b in ex.bindings.values()
+                       if ex.durable and getattr(b.destination, "durable", False)]
+    if only is not None:
+        for key in ("policies", "exchanges", "queues", "bindings"):
+            for item in out[key]:
+                item.pop("vhost", None)
+    return out
+
+
+def uptime_ms(started):
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,204 @@
+"""The management HTTP API against a running broker, with a real HTTP
+client (urllib): auth and errors, objects created over HTTP and used over
+AMQP, counters, Prometheus, definitions from RabbitMQ 3.10 and round
+trips, and lavinmqctl end to end over the control socket."""
+import base64
+import io
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pika
+import pytest
+
+from lavinmq import ctl
+from tests.conftest import BrokerProcess, unique
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "rabbitmq-3.10-definitions.json")
+
+
+def call(b, method, path, body=None, user="guest", password="guest", raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(b.http_url + path, data=data, method=method)
+    if user is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read()
+            return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json"
+                                 else text.decode())
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        return e.code, json.loads(text) if text else None
+
+
+@pytest.fixture
+def api(broker):
+    if broker.external:
+        pytest.skip("needs our broker's HTTP port")
+    return broker
+
+
+def test_auth_and_error_shapes(api):
+    assert call(api, "GET", "/api/overview", user=None)[0] == 401
+    status, body = call(api, "GET", "/api/overview", password="wrong")
+    assert status == 401 and body["error"] == "not_authorised"
+    name = unique("mgmt")
+    assert call(api, "PUT", f"/api/users/{name}", {"password": "pw", "tags": "management"})[0] == 201
+    assert call(api, "PUT", f"/api/users/{name}", {"password": "pw", "tags": "management"})[0] == 204
+    status, body = call(api, "GET", "/api/users", user=name, password="pw")
+    assert status == 403 and set(body) == {"error", "reason"}
+    assert call(api, "GET", "/api/whoami", user=name, password="pw") == (200, {"name": name, "tags": ["management"]})
+    status, body = call(api, "GET", "/api/queues/%2F/" + unique("nope"))
+    assert (status, body) == (404, {"error": "Object Not Found", "reason": "Not Found"})
+    status, body = call(api, "PUT", "/api/queues/%2F/" + unique("q"), raw=b"{not json")
+    assert status == 400 and "Malformed JSON" in body["reason"]
+    assert call(api, "GET", "/api/vhosts/nosuch")[0] == 404
+    assert call(api, "PATCH", "/api/overview")[0] == 405
+    assert call(api, "DELETE", f"/api/users/{name}")[0] == 204
+
+
+def test_objects_over_http_used_over_amqp(api):
+    q, x = unique("q"), unique("x")
+    assert call(api, "PUT", f"/api/exchanges/%2F/{x}", {"type": "topic", "durable": True})[0] == 201
+    assert call(api, "PUT", f"/api/queues/%2F/{q}", {"durable": True, "arguments": {"x-max-priority": 5}})[0] == 201
+    status, _ = call(api, "POST", f"/api/bindings/%2F/e/{x}/q/{q}", {"routing_key": "a.#"})
+    assert status == 201
+    # redeclaring with other arguments fails as over AMQP (406 -> 400)
+    status, body = call(api, "PUT", f"/api/queues/%2F/{q}", {"durable": True, "arguments": {"x-max-priority": 9}})
+    assert status == 400 and "inequivalent" in body["reason"]
+    conn = pika.BlockingConnection(pika.URLParameters(api.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish(x, "a.b", b"m%d" % i)
+    status, queue = call(api, "GET", f"/api/queues/%2F/{q}")
+    assert status == 200 and queue["messages"] == 3 and queue["arguments"] == {"x-max-priority": 5}
+    assert queue["message_stats"]["publish"] == 3 and "rate" in queue["message_stats"]["publish_details"]
+    _, ex = call(api, "GET", f"/api/exchanges/%2F/{x}")
+    assert ex["type"] == "topic" and ex["message_stats"]["publish_out"] == 3
+    _, bindings = call(api, "GET", f"/api/queues/%2F/{q}/bindings")
+    assert [(b["source"], b["routing_key"]) for b in bindings] == [("", q), (x, "a.#")]
+    # list parameters
+    _, page = call(api, "GET", f"/api/queues/%2F?name={q}&page=1&page_size=1&columns=name,messages")
+    assert page["items"] == [{"name": q, "messages": 3}] and page["filtered_count"] == 1
+    # a consumer and connection show up
+    ch.basic_consume(q, lambda *a: None, consumer_tag="watcher")
+    _, consumers = call(api, "GET", "/api/consumers/%2F")
+    assert any(c["consumer_tag"] == "watcher" and c["queue"]["name"] == q for c in consumers)
+    _, conns = call(api, "GET", "/api/connections")
+    assert any(c["user"] == "guest" and c["vhost"] == "/" for c in conns)
+    assert call(api, "DELETE", f"/api/queues/%2F/{q}/contents")[0] == 204
+    key = bindings[1]["properties_key"]
+    assert call(api, "DELETE", f"/api/bindings/%2F/e/{x}/q/{q}/" + urllib.parse.quote(key, safe=""))[0] == 204
+    ch.basic_publish(x, "a.b", b"unrouted")
+    assert call(api, "GET", f"/api/queues/%2F/{q}")[1]["messages_ready"] == 0
+    conn.close()
+    assert call(api, "DELETE", f"/api/queues/%2F/{q}")[0] == 204
+    assert call(api, "DELETE", f"/api/exchanges/%2F/{x}")[0] == 204
+    assert call(api, "DELETE", "/api/exchanges/%2F/amq.direct")[0] == 403
+
+
+def test_close_connection_over_http(api):
+    label = unique("victim")
+    params = pika.URLParameters(api.url)
+    params.client_properties = {"connection_name": label}
+    conn = pika.BlockingConnection(params)
+    _, conns = call(api, "GET", "/api/connections")
+    mine = [c["name"] for c in conns if c["client_properties"].get("connection_name") == label]
+    assert len(mine) == 1
+    assert call(api, "DELETE", "/api/connections/" + urllib.parse.quote(mine[0], safe=""))[0] == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        conn.process_data_events(2)
+        conn.channel()
+    assert e.value.reply_code == 320
+
+
+def test_prometheus_metrics(api):
+    q = unique("q")
+    conn = pika.BlockingConnection(pika.URLParameters(api.url))
+    ch = conn.channel()
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"x")
+    ch.basic_publish("", q, b"y")
+    assert call(api, "GET", "/metrics", user=None)[0] == 401
+    status, text = call(api, "GET", "/metrics")
+    assert status == 200
+    assert f'lavinmq_queue_messages_ready{{vhost="/",queue="{q}"}} 2' in text
+    for name in ("lavinmq_connections ", "lavinmq_process_resident_memory_bytes ", "lavinmq_disk_free_bytes ",
+                 "lavinmq_messages_published_total "):
+        assert name in text
+    conn.close()
+
+
+def test_rabbitmq_definitions_import_and_round_trip(tmp_path):
+    a = BrokerProcess(tmp_path / "a").start()
+    b = BrokerProcess(tmp_path / "b").start()
+    try:
+        with open(FIXTURE) as f:
+            rabbit = json.load(f)
+        assert call(a, "POST", "/api/definitions", rabbit)[0] == 204
+        # the imported user logs in with its RabbitMQ password and uses the imported topology
+        conn = pika.BlockingConnection(pika.URLParameters(f"amqp://app:s3cret@{a.host}:{a.port}/prod"))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("events", "orders.new", b"order")     # topic "orders.#" -> app.orders
+        ch.basic_publish("events", "", b"audit")               # e2e binding "" -> audit (fanout) -> app.audit
+        assert ch.queue_declare("app.orders", durable=True, passive=True,
+                                arguments={"x-max-length": 1000, "x-message-ttl": 60000}).method.message_count == 1
+        assert ch.queue_declare("app.audit", durable=True, passive=True).method.message_count == 1
+        conn.close()
+        _, policies = call(a, "GET", "/api/policies/prod")
+        assert [(p["name"], p["pattern"], p["priority"]) for p in policies] == [("ttl", "^app\\.", 1)]
+        # export -> a fresh broker -> import -> the same export
+        _, exported = call(a, "GET", "/api/definitions")
+        assert call(b, "POST", "/api/definitions", exported)[0] == 204
+        _, again = call(b, "GET", "/api/definitions")
+        assert again == exported
+        # and it survives a restart
+        a.restart()
+        assert call(a, "GET", "/api/definitions")[1] == exported
+        # a broken file changes nothing
+        status, body = call(b, "POST", "/api/definitions", {"queues": [{"vhost": "nosuch", "name": "q"}]})
+        assert status == 400
+    finally:
+        a.stop()
+        b.stop()
+    a.check_clean()
+    b.check_clean()
+
+
+def test_lavinmqctl_over_the_control_socket(api, capsys):
+    sock = os.path.join(api.data_dir, "lavinmqctl.sock")
+
+    def run(*argv):
+        out = io.StringIO()
+        rc = ctl.main(["--socket", sock, *argv], out=out)
+        return rc, out.getvalue()
+
+    v, q, user = unique("v"), unique("q"), unique("u")
+    assert run("add_vhost", v)[0] == 0
+    assert run("add_user", user, "pw", "--tags", "management")[0] == 0
+    assert run("set_permissions", "-n", v, user, ".*", ".*", ".*")[0] == 0
+    assert run("create_queue", q, "--durable", "-n", v)[0] == 0
+    rc, out = run("-f", "json", "list_queues", "-n", v)
+    assert rc == 0 and json.loads(out) == [{"name": q, "messages": 0, "ready": 0, "unacked": 0, "consumers": 0}]
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://{user}:pw@{api.host}:{api.port}/{v}"))
+    conn.channel().basic_publish("", q, b"hello")
+    rc, out = run("-q", "list_queues", "-n", v)
+    assert out == f"{q}\t1\t1\t0\t0\n"
+    assert run("purge_queue", q, "-n", v)[0] == 0
+    rc, out = run("-q", "list_connections")
+    assert any(line.split("\t")[1:3] == [user, v] for line in out.splitlines())
+    conn.close()
+    assert run("delete_queue", q, "-n", v)[0] == 0
+    assert run("delete_queue", q, "-n", v)[0] == 1          # gone: the broker says 404
+    assert "404" in capsys.readouterr().err
+    rc, out = run("-f", "json", "status")
+    assert rc == 0 and any(row["key"] == "queues" for row in json.loads(out))
+    assert run("delete_vhost", v)[0] == 0
+    assert run("delete_user", user)[0] == 0
