@@ -63,6 +63,7 @@ class Config:
     metrics_http_bind: str = "127.0.0.1"
     metrics_http_port: int = 15692
     control_unix_path: str = ""         # "" = DATA_DIR/lavinmqctl.sock
+    stats_interval: int = 5000          # ms between samples for the API's rates
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -140,6 +141,7 @@ OPTIONS = {
     "metrics_http_bind": Option("str", (("main", "metrics_http_bind"),)),
     "metrics_http_port": Option("int", (("main", "metrics_http_port"),), **PORT),
     "control_unix_path": Option("str", (("main", "control_unix_path"),)),
+    "stats_interval": Option("int", (("main", "stats_interval"),), lo=100, hi=3_600_000),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -148,7 +150,7 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 IGNORED_KEYS = {
     "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
              "tls_ktls",
-             "stats_interval", "stats_log_size", "socket_buffer_size", "tcp_nodelay",
+             "stats_log_size", "socket_buffer_size", "tcp_nodelay",
              "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
              "free_disk_warn", "load_definitions", "max_deleted_definitions", "consumer_timeout",
              "consumer_timeout_loop_interval", "auth_backends", "default_consumer_prefetch",

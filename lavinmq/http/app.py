@@ -201,11 +201,14 @@ class HTTPServer:
     """The listeners; started and stopped with the broker."""
 
     def __init__(self, server):
+        from lavinmq.http.stats import Sampler
         self.server = server
         self.runners = []
+        self.sampler = Sampler(server, server.config.stats_interval)
 
     async def start(self):
         cfg = self.server.config
+        self.sampler.start()
         if cfg.http_port:
             await self._site(build_app(self.server), "tcp", cfg.http_bind, cfg.http_port, "management")
         path = cfg.control_unix_path or os.path.join(cfg.data_dir, "lavinmqctl.sock")
@@ -232,6 +235,7 @@ class HTTPServer:
         log.info("HTTP %s listening on %s", what, host if kind == "unix" else f"{host}:{port}")
 
     async def stop(self):
+        self.sampler.stop()
         for runner in self.runners:
             await runner.cleanup()
 

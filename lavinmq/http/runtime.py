@@ -8,6 +8,7 @@ from aiohttp import web
 
 import lavinmq
 from lavinmq.http import shapes
+from lavinmq.http.stats import rates_for
 from lavinmq.http.app import HTTPError, MANAGEMENT, MONITORING, listing, not_found, require, vhost_of
 
 
@@ -46,7 +47,7 @@ async def overview(request):
                          "messages_unacknowledged": unacked},
         "message_stats": shapes.stats({"publish": sum(q.publish_count for q in queues),
                                        "deliver": sum(q.deliver_count for q in queues),
-                                       "ack": sum(q.ack_count for q in queues)}),
+                                       "ack": sum(q.ack_count for q in queues)}, rates_for("overall")),
         "listeners": [{"node": shapes.NODE, "protocol": "amqp", "ip_address": server.config.amqp_bind,
                        "port": server.config.amqp_port}],
     })

@@ -4,6 +4,7 @@ import time
 import urllib.parse
 
 from lavinmq.exchange import DefaultExchange
+from lavinmq.http.stats import rates_for
 
 NODE = "lavinmq@localhost"
 
@@ -24,13 +25,16 @@ def stats(counters, rates=None):
 def vhost(v):
     ready = sum(q.message_count for q in v.queues.values())
     unacked = sum(q.unacked_count for q in v.queues.values())
+    r = rates_for(("vhost", v.name)) or {}
     return {"name": v.name, "description": "", "tags": [], "default_queue_type": "classic",
             "metadata": {"description": "", "tags": []}, "tracing": False,
             "cluster_state": {NODE: "running"},
             "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+            "messages_details": rate(r.get("messages")), "messages_ready_details": rate(r.get("messages_ready")),
+            "messages_unacknowledged_details": rate(r.get("messages_unacknowledged")),
             "message_stats": stats({"publish": sum(q.publish_count for q in v.queues.values()),
                                     "deliver": sum(q.deliver_count for q in v.queues.values()),
-                                    "ack": sum(q.ack_count for q in v.queues.values())}),
+                                    "ack": sum(q.ack_count for q in v.queues.values())}, r),
             "limits": dict(v.limits)}
 
 
@@ -49,7 +53,8 @@ def exchange(ex):
     return {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
             "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
             "user_who_performed_action": "",
-            "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count})}
+            "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
+                                   rates_for(id(ex)))}
 
 
 def queue(q, details=False):
@@ -63,9 +68,10 @@ def queue(q, details=False):
            "exclusive_consumer_tag": None, "policy": None, "effective_policy_definition": {},
            "message_stats": stats({"publish": q.publish_count, "deliver": q.deliver_count,
                                    "deliver_get": q.deliver_count + q.get_count, "get": q.get_count,
-                                   "ack": q.ack_count, "redeliver": q.redeliver_count})}
+                                   "ack": q.ack_count, "redeliver": q.redeliver_count}, rates_for(id(q)))}
+    r = rates_for(id(q)) or {}
     for key in ("messages", "messages_ready", "messages_unacknowledged"):
-        out[key + "_details"] = rate(None)
+        out[key + "_details"] = rate(r.get(key))
     if details:
         out["consumer_details"] = [consumer(c) for c in q.consumers]
     return out
@@ -124,7 +130,8 @@ def connection(conn, now=None):
             "ssl": False, "type": "network", "connected_at": getattr(conn, "connected_at", None),
             "client_properties": _jsonable(conn.client_properties),
             "send_oct": st.send_oct, "recv_oct": st.recv_oct,
-            "send_oct_details": rate(None), "recv_oct_details": rate(None)}
+            "send_oct_details": rate((rates_for(id(conn)) or {}).get("send_oct")),
+            "recv_oct_details": rate((rates_for(id(conn)) or {}).get("recv_oct"))}
 
 
 def channel(ch):
@@ -136,7 +143,7 @@ def channel(ch):
             "messages_unacknowledged": ch.unacked_total, "prefetch_count": ch.prefetch_consumer,
             "global_prefetch_count": ch.prefetch_global, "state": "closing" if ch.closing else "running",
             "message_stats": stats({"publish": ch.publish_count, "deliver": ch.deliver_count,
-                                    "ack": ch.ack_count})}
+                                    "ack": ch.ack_count}, rates_for(id(ch)))}
 
 
 def _jsonable(value):

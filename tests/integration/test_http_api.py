@@ -202,3 +202,31 @@ def test_lavinmqctl_over_the_control_socket(api, capsys):
     assert rc == 0 and any(row["key"] == "queues" for row in json.loads(out))
     assert run("delete_vhost", v)[0] == 0
     assert run("delete_user", user)[0] == 0
+
+
+def test_rates_are_sampled(tmp_path):
+    import time
+    ini = tmp_path / "lavinmq.ini"
+    ini.write_text("[main]\nstats_interval = 200\n")
+    b = BrokerProcess(tmp_path / "data", extra_args=["-c", str(ini)]).start()
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.queue_declare("rated")
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            for _ in range(50):
+                ch.basic_publish("", "rated", b"x")
+            conn.process_data_events(0.02)
+        _, q = call(b, "GET", "/api/queues/%2F/rated")
+        assert q["message_stats"]["publish_details"]["rate"] > 100
+        assert q["messages_ready_details"]["rate"] > 100
+        _, overview = call(b, "GET", "/api/overview")
+        assert overview["message_stats"]["publish_details"]["rate"] > 100
+        conn.close()
+        time.sleep(0.6)      # idle: the rate falls back to zero
+        _, q = call(b, "GET", "/api/queues/%2F/rated")
+        assert q["message_stats"]["publish_details"]["rate"] == 0
+    finally:
+        b.stop()
+    b.check_clean()
