@@ -170,8 +170,14 @@ async def health_protocol(request):
                              status=503)
 
 
+async def openapi(request):
+    from lavinmq.http.openapi import DOCUMENT
+    return web.json_response(DOCUMENT)
+
+
 def add_routes(app):
     r = app.router
+    r.add_get("/api/openapi.json", openapi)
     r.add_get("/api/overview", overview)
     r.add_get("/api/nodes", nodes)
     r.add_get("/api/whoami", whoami)

@@ -32,7 +32,8 @@ def call(b, method, path, body=None, user="guest", password="guest", raw=None):
             return resp.status, (json.loads(text) if text and resp.headers.get_content_type() == "application/json"
                                  else text.decode())
     except urllib.error.HTTPError as e:
-        text = e.read()
+        with e:
+            text = e.read()
         return e.code, json.loads(text) if text else None
 
 
