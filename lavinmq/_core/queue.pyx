@@ -185,6 +185,37 @@ cdef class Queue:
         except ValueError:
             pass
 
+    # -- the management API's publish and get (per request, not per message) --
+
+    def publish_record(self, bytes rec):
+        if not self.closed:
+            self.publish(rec, len(rec))
+
+    def take_records(self, Py_ssize_t count, bint requeue):
+        """-> [(record bytes, redelivered)] of up to count ready messages,
+        put back (requeue) or removed as acked."""
+        cdef SP sp
+        cdef bint redelivered
+        cdef const char *rec
+        out, taken = [], []
+        while len(out) < count and not self.closed:
+            rec = self.store.shift(&sp, &redelivered)
+            if rec is NULL:
+                break
+            out.append((rec[:sp.size], redelivered))
+            taken.append((sp.seg, sp.pos, sp.size))
+            self.get_count += 1
+        for seg, pos, size in reversed(taken):
+            sp.seg, sp.pos, sp.size = seg, pos, size
+            if requeue:
+                self.store.requeue(sp)
+            else:
+                self.ack_count += 1
+                self.store.delete(sp)
+        if requeue and taken:
+            schedule_queue(self)
+        return out
+
     def notify(self):
         """Consumer capacity or state changed: try to deliver."""
         schedule_queue(self)

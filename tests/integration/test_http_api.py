@@ -231,3 +231,31 @@ def test_rates_are_sampled(tmp_path):
     finally:
         b.stop()
     b.check_clean()
+
+
+def test_publish_and_get_over_http(api):
+    q = unique("q")
+    assert call(api, "PUT", f"/api/queues/%2F/{q}", {"durable": False})[0] == 201
+    status, body = call(api, "POST", "/api/exchanges/%2F/amq.default/publish",
+                        {"routing_key": q, "payload": "hello", "payload_encoding": "string",
+                         "properties": {"headers": {"k": 1}, "delivery_mode": 2}})
+    assert (status, body) == (200, {"routed": True})
+    assert call(api, "POST", "/api/exchanges/%2F/amq.default/publish",
+                {"routing_key": q, "payload": "AAEC/w==", "payload_encoding": "base64"})[1] == {"routed": True}
+    assert call(api, "POST", "/api/exchanges/%2F/amq.direct/publish",
+                {"routing_key": "nobody", "payload": "x", "payload_encoding": "string"})[1] == {"routed": False}
+    # peek: requeued, still there
+    status, msgs = call(api, "POST", f"/api/queues/%2F/{q}/get", {"count": 5, "ackmode": "ack_requeue_true"})
+    assert status == 200 and [m["payload"] for m in msgs] == ["hello", "AAEC/w=="]
+    assert msgs[0]["properties"]["headers"] == {"k": 1} and msgs[1]["payload_encoding"] == "base64"
+    assert call(api, "GET", f"/api/queues/%2F/{q}")[1]["messages_ready"] == 2
+    # take: gone, and the order is kept
+    _, msgs = call(api, "POST", f"/api/queues/%2F/{q}/get", {"count": 1, "ackmode": "ack_requeue_false"})
+    assert msgs[0]["payload"] == "hello" and msgs[0]["message_count"] == 1
+    conn = pika.BlockingConnection(pika.URLParameters(api.url))
+    m = conn.channel().basic_get(q, auto_ack=True)
+    assert m[2] == b"\x00\x01\x02\xff"
+    conn.close()
+    assert call(api, "POST", f"/api/queues/%2F/{q}/get", {"count": 0})[0] == 400
+    assert call(api, "POST", "/api/exchanges/%2F/amq.direct/publish", {"payload": "x"})[0] == 400
+    call(api, "DELETE", f"/api/queues/%2F/{q}")

@@ -1,0 +1,137 @@
+"""POST .../exchanges/{vhost}/{exchange}/publish and .../queues/{vhost}/{queue}/get
+as RabbitMQ's management API has them: for operators and tests, one
+request at a time, never the message path."""
+import base64
+import struct
+import time
+
+from aiohttp import web
+
+from lavinmq._core import codec
+from lavinmq.http.app import HTTPError, MANAGEMENT, body_json, not_found, require, vhost_of
+
+PROPERTY_TYPES = {"content_type": str, "content_encoding": str, "headers": dict, "delivery_mode": int,
+                  "priority": int, "correlation_id": str, "reply_to": str, "expiration": str,
+                  "message_id": str, "timestamp": int, "type": str, "user_id": str, "app_id": str}
+
+
+def build_record(exchange, routing_key, props, body):
+    """LavinMQ's store record: ts · exchange · routing key · properties · body size · body."""
+    ex, rk = exchange.encode(), routing_key.encode()
+    if len(rk) > 255:
+        raise HTTPError(400, "routing_key is longer than 255 bytes")
+    return (struct.pack("<q", int(time.time() * 1000)) + bytes([len(ex)]) + ex + bytes([len(rk)]) + rk
+            + codec.encode_properties(props, True) + struct.pack("<Q", len(body)) + body)
+
+
+def parse_record(rec):
+    pos = 8
+    exlen = rec[pos]
+    exchange = rec[pos + 1:pos + 1 + exlen].decode(errors="replace")
+    pos += 1 + exlen
+    rklen = rec[pos]
+    routing_key = rec[pos + 1:pos + 1 + rklen].decode(errors="replace")
+    pos += 1 + rklen
+    plen = codec.properties_length(rec[pos:], True)
+    props = codec.decode_properties(rec[pos:pos + plen], True)
+    pos += plen
+    (size,) = struct.unpack_from("<Q", rec, pos)
+    return exchange, routing_key, props, rec[pos + 8:pos + 8 + size]
+
+
+def _check_props(props):
+    if not isinstance(props, dict):
+        raise HTTPError(400, "properties must be an object")
+    for key, value in props.items():
+        kind = PROPERTY_TYPES.get(key)
+        if kind is None or not isinstance(value, kind) or isinstance(value, bool):
+            raise HTTPError(400, f"bad property {key!r}")
+    return props
+
+
+async def publish(request):
+    require(request, MANAGEMENT)
+    vhost = vhost_of(request)
+    name = request.match_info["exchange"]
+    ex = vhost.exchanges.get("" if name == "amq.default" else name)   # RabbitMQ's URL name for ""
+    if ex is None:
+        raise not_found()
+    user = request["user"]
+    if not user.can_write(vhost.name, ex.name):
+        raise HTTPError(403, f"write access to exchange '{ex.name}' refused for user '{user.name}'")
+    body = await body_json(request)
+    for key in ("routing_key", "payload", "payload_encoding"):
+        if key not in body:
+            raise HTTPError(400, f"{key} is required")
+    if body["payload_encoding"] == "string":
+        payload = str(body["payload"]).encode()
+    elif body["payload_encoding"] == "base64":
+        try:
+            payload = base64.b64decode(body["payload"], validate=True)
+        except ValueError:
+            raise HTTPError(400, "payload is not base64")
+    else:
+        raise HTTPError(400, "payload_encoding must be string or base64")
+    props = _check_props(body.get("properties") or {})
+    rk = str(body["routing_key"])
+    rec = build_record(ex.name, rk, props, payload)
+    queues, _ = ex.resolve(rk, props.get("headers") or {})
+    ex.publish_in_count += 1
+    if queues:
+        ex.publish_out_count += 1
+    for q in queues:
+        q.publish_record(rec)
+    return web.json_response({"routed": bool(queues)})
+
+
+async def get(request):
+    require(request, MANAGEMENT)
+    vhost = vhost_of(request)
+    q = vhost.queues.get(request.match_info["queue"])
+    if q is None:
+        raise not_found()
+    user = request["user"]
+    if not user.can_read(vhost.name, q.name):
+        raise HTTPError(403, f"read access to queue '{q.name}' refused for user '{user.name}'")
+    body = await body_json(request)
+    count = body.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise HTTPError(400, "count must be a positive integer")
+    ackmode = body.get("ackmode", "ack_requeue_true")
+    if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
+        raise HTTPError(400, f"bad ackmode {ackmode!r}")
+    encoding = body.get("encoding", "auto")
+    if encoding not in ("auto", "base64"):
+        raise HTTPError(400, "encoding must be auto or base64")
+    truncate = body.get("truncate")
+    if q.closed:
+        raise HTTPError(400, f"queue '{q.name}' is closed: {q.store.error}")
+    out = []
+    left = q.message_count
+    for rec, redelivered in q.take_records(count, ackmode.endswith("true")):
+        exchange, rk, props, payload = parse_record(rec)
+        left -= 1
+        size = len(payload)
+        if truncate is not None:
+            payload = payload[:int(truncate)]
+        try:
+            text = payload.decode() if encoding == "auto" else None
+            payload_out, enc = (text, "string") if text is not None else (None, None)
+        except UnicodeDecodeError:
+            payload_out, enc = None, None
+        if payload_out is None:
+            payload_out, enc = base64.b64encode(payload).decode(), "base64"
+        out.append({"payload_bytes": size, "redelivered": redelivered, "exchange": exchange,
+                    "routing_key": rk, "message_count": max(left, 0),
+                    "properties": _jsonable(props), "payload": payload_out, "payload_encoding": enc})
+    return web.json_response(out)
+
+
+def _jsonable(value):
+    from lavinmq.http.shapes import _jsonable as j
+    return j(value)
+
+
+def add_routes(app):
+    app.router.add_post("/api/exchanges/{vhost}/{exchange}/publish", publish)
+    app.router.add_post("/api/queues/{vhost}/{queue}/get", get)
