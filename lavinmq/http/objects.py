@@ -466,6 +466,7 @@ def add_routes(app):
     r.add_get("/api/policies", list_policies)
     r.add_get("/api/policies/{vhost}", list_policies)
     r.add_route("*", "/api/policies/{vhost}/{name}", _method(get_policy, put_policy, delete_policy))
+    add_limit_and_parameter_routes(app)
     r.add_get("/api/definitions", get_definitions)
     r.add_post("/api/definitions", post_definitions)
     r.add_get("/api/definitions/{vhost}", get_definitions)
@@ -481,3 +482,66 @@ def _method(get, put=None, delete=None, post=None):
             raise web.HTTPMethodNotAllowed(request.method, [m for m, h in table.items() if h])
         return await handler(request)
     return dispatch
+
+
+# -- vhost limits and runtime parameters -----------------------------------------------
+
+async def list_vhost_limits(request):
+    require(request, MANAGEMENT)
+    return web.json_response([{"vhost": v.name, "value": dict(v.limits)} for v in _all_vhosts(request)
+                              if v.limits])
+
+
+async def put_vhost_limit(request):
+    require(request, ADMIN)
+    vhost = vhost_of(request)
+    body = await body_json(request)
+    name = request.match_info["name"]
+    value = body.get("value")
+    try:
+        request.app["server"].set_vhost_limits(vhost.name, {**vhost.limits, name: value})
+    except ValueError as exc:
+        raise HTTPError(400, str(exc))
+    return web.Response(status=NO_CONTENT)
+
+
+async def delete_vhost_limit(request):
+    require(request, ADMIN)
+    vhost = vhost_of(request)
+    name = request.match_info["name"]
+    if name not in vhost.limits:
+        raise not_found()
+    request.app["server"].set_vhost_limits(vhost.name, {k: v for k, v in vhost.limits.items() if k != name})
+    return web.Response(status=NO_CONTENT)
+
+
+async def list_parameters(request):
+    # no component (shovel, federation-upstream, ...) is implemented yet: nothing to list
+    require(request, MANAGEMENT)
+    if "vhost" in request.match_info:
+        vhost_of(request)
+    return web.json_response([])
+
+
+async def put_parameter(request):
+    require(request, POLICYMAKER)
+    vhost_of(request)
+    raise HTTPError(400, f"component '{request.match_info['component']}' is not supported by this broker")
+
+
+async def get_parameter(request):
+    require(request, MANAGEMENT)
+    vhost_of(request)
+    raise not_found()
+
+
+def add_limit_and_parameter_routes(app):
+    r = app.router
+    r.add_get("/api/vhost-limits", list_vhost_limits)
+    r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
+    r.add_route("*", "/api/vhost-limits/{vhost}/{name}", _method(None, put_vhost_limit, delete_vhost_limit))
+    r.add_get("/api/parameters", list_parameters)
+    r.add_get("/api/parameters/{component}", list_parameters)
+    r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
+    r.add_route("*", "/api/parameters/{component}/{vhost}/{name}", _method(get_parameter, put_parameter,
+                                                                          get_parameter))

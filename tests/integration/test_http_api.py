@@ -259,3 +259,20 @@ def test_publish_and_get_over_http(api):
     assert call(api, "POST", f"/api/queues/%2F/{q}/get", {"count": 0})[0] == 400
     assert call(api, "POST", "/api/exchanges/%2F/amq.direct/publish", {"payload": "x"})[0] == 400
     call(api, "DELETE", f"/api/queues/%2F/{q}")
+
+
+def test_vhost_limits_and_parameters(api):
+    v = unique("v")
+    assert call(api, "PUT", f"/api/vhosts/{v}")[0] == 201
+    assert call(api, "PUT", f"/api/vhost-limits/{v}/max-connections", {"value": 1})[0] == 204
+    assert call(api, "GET", f"/api/vhost-limits/{v}")[1] == [{"vhost": v, "value": {"max-connections": 1}}]
+    assert call(api, "PUT", f"/api/vhost-limits/{v}/max-bananas", {"value": 1})[0] == 400
+    c1 = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{api.host}:{api.port}/{v}"))
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{api.host}:{api.port}/{v}"))
+    c1.close()
+    assert call(api, "DELETE", f"/api/vhost-limits/{v}/max-connections")[0] == 204
+    assert call(api, "GET", "/api/parameters")[1] == []
+    status, body = call(api, "PUT", f"/api/parameters/shovel/{v}/s1", {"value": {}})
+    assert status == 400 and "not supported" in body["reason"]
+    assert call(api, "DELETE", f"/api/vhosts/{v}")[0] == 204
