@@ -109,6 +109,14 @@ async def list_permissions(request):
                              if vhost is None or v == vhost])
 
 
+async def user_permissions(request):
+    require(request, ADMIN)
+    u = request.app["server"].users.get(request.match_info["user"])
+    if u is None:
+        raise not_found()
+    return listing(request, [shapes.permission(u.name, v, p) for v, p in u.permissions.items()])
+
+
 async def get_permission(request):
     require(request, ADMIN)
     u = request.app["server"].users.get(request.match_info["user"])
@@ -446,6 +454,7 @@ def add_routes(app):
     r.add_get("/api/users", list_users)
     r.add_route("*", "/api/users/{user}", _method(get_user, put_user, delete_user))
     r.add_get("/api/permissions", list_permissions)
+    r.add_get("/api/users/{user}/permissions", user_permissions)
     r.add_get("/api/vhosts/{vhost}/permissions", list_permissions)
     r.add_route("*", "/api/permissions/{vhost}/{user}", _method(get_permission, put_permission, delete_permission))
     r.add_get("/api/exchanges", list_exchanges)

@@ -170,6 +170,16 @@ async def health_protocol(request):
                              status=503)
 
 
+async def cluster_name(request):
+    require(request, MANAGEMENT)
+    return web.json_response({"name": shapes.NODE})
+
+
+async def extensions(request):
+    require(request, MANAGEMENT)
+    return web.json_response([])      # no UI plugins
+
+
 async def openapi(request):
     from lavinmq.http.openapi import DOCUMENT
     return web.json_response(DOCUMENT)
@@ -178,6 +188,9 @@ async def openapi(request):
 def add_routes(app):
     r = app.router
     r.add_get("/api/openapi.json", openapi)
+    r.add_get("/api/cluster-name", cluster_name)
+    r.add_get("/api/extensions", extensions)
+    r.add_get("/api/healthchecks/node", health_ok)        # RabbitMQ's older health check
     r.add_get("/api/overview", overview)
     r.add_get("/api/nodes", nodes)
     r.add_get("/api/whoami", whoami)

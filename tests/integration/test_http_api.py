@@ -276,3 +276,31 @@ def test_vhost_limits_and_parameters(api):
     status, body = call(api, "PUT", f"/api/parameters/shovel/{v}/s1", {"value": {}})
     assert status == 400 and "not supported" in body["reason"]
     assert call(api, "DELETE", f"/api/vhosts/{v}")[0] == 204
+
+
+def test_reference_routes_answer_like_rabbitmq(api):
+    # every route in a RabbitMQ 3.10 capture (../shared/reference) answers with the same status here
+    with open(os.path.join(os.path.dirname(FIXTURE), "rabbitmq-3.10-route-statuses.json")) as f:
+        statuses = json.load(f)
+    call(api, "PUT", "/api/queues/%2F/sample_q", {"durable": True})
+    call(api, "PUT", "/api/exchanges/%2F/sample_x", {"type": "direct"})
+    call(api, "POST", "/api/bindings/%2F/e/sample_x/q/sample_q", {"routing_key": "rk"})
+    # the capture's AMQP port was 5672; ours is the test broker's
+    got = {route: call(api, "GET", "/api" + route.replace("/5672", f"/{api.port}"))[0] for route in statuses}
+    assert got == statuses
+
+
+def test_open_metrics_listener(tmp_path):
+    from tests.conftest import free_port
+    port = free_port()
+    b = BrokerProcess(tmp_path / "data", extra_args=["--metrics-http-port", str(port)]).start()
+    try:
+        with urllib.request.urlopen(f"http://{b.host}:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        assert resp.status == 200 and "lavinmq_queues 0" in text
+        with pytest.raises(urllib.error.HTTPError) as e:     # only /metrics there
+            urllib.request.urlopen(f"http://{b.host}:{port}/api/overview", timeout=10)
+        assert e.value.code == 404
+        e.value.close()
+    finally:
+        b.stop()
