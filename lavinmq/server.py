@@ -9,6 +9,7 @@ import time
 import orjson
 
 import lavinmq
+from lavinmq import sdnotify
 from lavinmq.amqp.connection import AMQPConnection
 from lavinmq.auth.users import UserStore
 from lavinmq.sync import Syncer
@@ -188,7 +189,9 @@ async def serve(config):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, server.reload)
     log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
+    sdnotify.notify(f"READY=1\nSTATUS=listening on {config.amqp_bind}:{config.amqp_port}\nMAINPID={os.getpid()}")
     await stop.wait()
+    sdnotify.notify("STOPPING=1")
     await server.stop()
     return 0
 
