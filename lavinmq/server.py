@@ -206,7 +206,10 @@ def raise_fd_limit():
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except OSError as exc:      # e.g. a seccomp filter; LimitNOFILE= sets it instead
+            log.warning("cannot raise the open file limit from %d: %s", soft, exc)
 
 
 def run(config):
