@@ -2,7 +2,7 @@
 VERSION := $(shell python3 -c "import re;print(re.search(r'^version = \"(.+)\"', open('pyproject.toml').read(), re.M).group(1))")
 PYTHON ?= .venv/bin/python
 
-.PHONY: binary clean
+.PHONY: binary deb clean
 
 binary: dist/lavinmq
 
@@ -15,5 +15,11 @@ dist/lavinmq: $(shell git ls-files lavinmq packaging) setup.py pyproject.toml
 	ln -sf lavinmq dist/lavinmqperf
 	dist/lavinmq --version
 
+deb: dist/lavinmq
+	dpkg-buildpackage -b -us -uc --no-sign
+	mv ../lavinmq_$(VERSION)_*.deb dist/
+	rm -f ../lavinmq_$(VERSION)_*.buildinfo ../lavinmq_$(VERSION)_*.changes
+	lintian --suppress-tags-from-file /dev/null dist/lavinmq_$(VERSION)_*.deb || true
+
 clean:
-	rm -rf dist build/pyinstaller
+	rm -rf dist build/pyinstaller debian/lavinmq debian/.debhelper debian/files debian/*.substvars debian/*.debhelper.log
