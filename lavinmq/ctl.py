@@ -16,7 +16,9 @@ import urllib.parse
 
 from lavinmq.auth.password import hash_password
 
-DEFAULT_SOCKET = "/tmp/lavinmqctl.sock"
+# the broker listens on DATA_DIR/lavinmqctl.sock: the packages' data dir
+# first (the service's /tmp is private), then LavinMQ's own default
+DEFAULT_SOCKETS = ("/var/lib/lavinmq/lavinmqctl.sock", "/tmp/lavinmqctl.sock")
 DEFAULT_URI = "http://127.0.0.1:15672"
 EX_USAGE, EX_UNAVAILABLE, EX_NOPERM = 2, 69, 77
 
@@ -282,8 +284,9 @@ def build_parser():
                                        f"else {DEFAULT_URI})")
     p.add_argument("-u", "--user", dest="api_user", help="user (default guest, or the one in --uri)")
     p.add_argument("-p", "--password", dest="api_password", help="password")
-    p.add_argument("--socket", default=os.environ.get("LAVINMQCTL_SOCKET", DEFAULT_SOCKET),
-                   help=f"control UNIX socket (default {DEFAULT_SOCKET})")
+    p.add_argument("--socket", default=os.environ.get("LAVINMQCTL_SOCKET"),
+                   help=f"control UNIX socket (default $LAVINMQCTL_SOCKET, else the first of "
+                        f"{', '.join(DEFAULT_SOCKETS)} that exists)")
     p.add_argument("-f", "--format", choices=("text", "json"), default="text")
     p.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -365,8 +368,11 @@ def main(argv=None, out=None):
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     unix_path = None
-    if not args.uri and args.func is not hash_password_cmd and os.path.exists(args.socket):
-        unix_path = args.socket
+    if not args.uri and args.func is not hash_password_cmd:
+        if args.socket:
+            unix_path = args.socket
+        else:
+            unix_path = next((p for p in DEFAULT_SOCKETS if os.path.exists(p)), None)
     try:
         client = Client(args.uri, args.api_user, args.api_password, unix_path)
         render(args.func(client, args), args.format, args.quiet, out)

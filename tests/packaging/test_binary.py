@@ -11,7 +11,7 @@ import pika
 import pytest
 
 from tests.conftest import free_port
-from tests.packaging.conftest import ROOT
+from tests.packaging.conftest import ROOT, in_root, version
 
 DIST = os.path.join(ROOT, "dist")
 
@@ -29,14 +29,36 @@ def clean_env(tmp_path):
     return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
 
 
-def test_version_and_size(binary, tmp_path):
-    out = subprocess.run([binary, "--version"], env=clean_env(tmp_path), capture_output=True, text=True,
-                         timeout=30)
-    assert out.returncode == 0 and out.stdout.strip().startswith("lavinmq ")
-    assert os.path.getsize(binary) < 40 * 1024 * 1024
-    t0 = time.monotonic()
-    subprocess.run([binary, "--version"], env=clean_env(tmp_path), check=True, capture_output=True)
-    print(f"\nbinary {os.path.getsize(binary) / 1e6:.1f} MB, --version in {time.monotonic() - t0:.2f} s")
+def start_up(path, env):
+    """Best of five `--version` runs, in seconds."""
+    best = 60.0
+    for _ in range(5):
+        t0 = time.monotonic()
+        out = subprocess.run([path, "--version"], env=env, capture_output=True, text=True, timeout=30)
+        best = min(best, time.monotonic() - t0)
+        assert out.returncode == 0 and out.stdout == f"lavinmq {version()}\n", out
+    return best
+
+
+def test_version_size_and_start_up(binary, tmp_path):
+    onedir = os.path.join(DIST, "lavinmq-dir")
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(onedir) for f in files)
+    assert os.path.getsize(binary) < 40e6 and size < 80e6
+    onefile_s = start_up(binary, clean_env(tmp_path))
+    onedir_s = start_up(os.path.join(onedir, "lavinmq"), clean_env(tmp_path))
+    assert onedir_s < onefile_s, "the packages install onedir because it starts faster"
+    print(f"\nonefile {os.path.getsize(binary) / 1e6:.1f} MB, --version {onefile_s:.2f} s; "
+          f"onedir {size / 1e6:.1f} MB, --version {onedir_s:.2f} s")
+
+
+def test_onefile_runs_where_there_is_no_python(binary, root):
+    """The portable file copied into a fresh Debian root that has no Python."""
+    assert not (root / "usr/bin/python3").exists()
+    shutil.copy(binary, root / "usr/local/bin/lavinmq")
+    os.symlink("lavinmq", root / "usr/local/bin/lavinmqperf")
+    out = in_root(root, "/usr/local/bin/lavinmq", "--version", user="nobody:nogroup").stdout
+    assert out == f"lavinmq {version()}\n"
+    assert "throughput" in in_root(root, "/usr/local/bin/lavinmqperf", "--help", user="nobody:nogroup").stdout
 
 
 def test_broker_ctl_and_perf_from_one_binary(binary, tmp_path):
