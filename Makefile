@@ -18,7 +18,7 @@ RPM := dist/lavinmq-$(LAVINMQ_VERSION)-$(RPM_RELEASE).$(RPM_ARCH).rpm
 
 .PHONY: binary deb rpm clean
 
-binary: dist/lavinmq
+binary: dist/lavinmq dist/man
 deb: $(DEB)
 rpm: $(RPM)
 
@@ -33,20 +33,26 @@ dist/lavinmq: $(shell git ls-files lavinmq packaging) setup.py pyproject.toml
 	dist/lavinmq --version
 	touch $@
 
+# manual pages from the commands' argparse parsers
+dist/man: tools/gen_man.py lavinmq/config.py lavinmq/ctl.py lavinmq/perf/cli.py
+	./dev setup
+	$(PYTHON) tools/gen_man.py $@
+	touch $@
+
 # dpkg-buildpackage writes next to the source tree: build in a copy under
 # build/deb so that nothing lands outside the repository
-$(DEB): dist/lavinmq $(shell git ls-files debian) packaging/lavinmq.service packaging/lavinmq.ini
+$(DEB): dist/lavinmq dist/man $(shell git ls-files debian) packaging/lavinmq.service packaging/lavinmq.ini
 	rm -rf build/deb && mkdir -p build/deb/src/dist
 	cp -a debian packaging build/deb/src/
 	rm -rf build/deb/src/debian/lavinmq build/deb/src/debian/.debhelper
-	cp -a dist/lavinmq-dir build/deb/src/dist/
+	cp -a dist/lavinmq-dir dist/man build/deb/src/dist/
 	cd build/deb/src && LAVINMQ_VERSION=$(LAVINMQ_VERSION) dpkg-buildpackage -b -us -uc --no-sign >../build.log 2>&1 \
 	    || { tail -40 ../build.log; exit 1; }
 	mv build/deb/$(notdir $@) $@
 	lintian --fail-on error,warning $@
 
 # rpmbuild works in build/rpm; the spec takes its files from dist/ and packaging/
-$(RPM): dist/lavinmq rpm/lavinmq.spec packaging/lavinmq.service packaging/lavinmq.ini
+$(RPM): dist/lavinmq dist/man rpm/lavinmq.spec packaging/lavinmq.service packaging/lavinmq.ini
 	rm -rf build/rpm
 	rpmbuild -bb --quiet --define "_topdir $(CURDIR)/build/rpm" --define "srcroot $(CURDIR)" \
 	    --define "pkg_version $(LAVINMQ_VERSION)" --define "pkg_release $(RPM_RELEASE)" \

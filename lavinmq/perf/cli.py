@@ -57,12 +57,18 @@ def add_churn(sub):
             p.add_argument("--delete", action="store_true", help="delete the queues afterwards")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="lavinmqperf")
+def build_parser():
+    parser = argparse.ArgumentParser(prog="lavinmqperf", description="Load generator and benchmarks for "
+                                     "AMQP 0-9-1 brokers.")
     parser.add_argument("-v", "--version", action="version", version=f"lavinmqperf {lavinmq.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_throughput(sub)
     add_churn(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     opts = parser.parse_args(argv)
     if opts.command == "throughput" and opts.verify and opts.measure_latency:
         parser.error("-V/--verify and -l/--measure-latency cannot be combined (latency stamps the body)")

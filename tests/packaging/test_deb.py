@@ -16,7 +16,7 @@ def test_deb_content_and_lintian(artefacts):
     for path in ("./usr/lib/lavinmq/lavinmq", "./usr/lib/lavinmq/_internal/libpython3.11.so.1.0",
                  "./usr/bin/lavinmq -> ../lib/lavinmq/lavinmq", "./usr/bin/lavinmqctl -> ../lib/lavinmq/lavinmq",
                  "./usr/bin/lavinmqperf -> ../lib/lavinmq/lavinmq", "./lib/systemd/system/lavinmq.service",
-                 "./etc/lavinmq/lavinmq.ini"):
+                 "./etc/lavinmq/lavinmq.ini", "./usr/share/man/man1/lavinmqctl.1.gz"):
         assert path in listing, path
     glibc = sh("getconf", "GNU_LIBC_VERSION").stdout.split()[1]
     depends = sh("dpkg-deb", "-f", deb, "Depends").stdout.strip()

@@ -65,7 +65,8 @@ def test_rpm_requires_the_build_machines_glibc(artefacts):
     files = sh("rpm", "-qplv", artefacts["rpm"][0]).stdout
     assert "drwxr-x---" in next(line for line in files.splitlines() if line.endswith(" /var/lib/lavinmq"))
     for path in ("/usr/lib/lavinmq/lavinmq", "/usr/bin/lavinmqctl -> ../lib/lavinmq/lavinmq",
-                 "/usr/lib/systemd/system/lavinmq.service", "/etc/lavinmq/lavinmq.ini"):
+                 "/usr/lib/systemd/system/lavinmq.service", "/etc/lavinmq/lavinmq.ini",
+                 "/usr/share/man/man1/lavinmqperf.1.gz"):
         assert path in files, path
     print(f"\n{os.path.basename(artefacts['rpm'][0])}: {os.path.getsize(artefacts['rpm'][0]) / 1e6:.1f} MB")
 
