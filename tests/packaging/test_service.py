@@ -124,6 +124,18 @@ def test_service_under_systemd(bootable, artefacts):
         wait_for_port(amqp)
         assert get_one(amqp) == b"left in the data dir"
 
+        # an upgrade restarts the running service on the new version
+        before = box.show("MainPID")["MainPID"]
+        roundtrip(amqp)
+        publish_repo(root, artefacts["deb"][1])
+        box.run("apt-get", "install", "-y", "-q", "lavinmq")
+        box.wait_state("active", SubState="running")
+        assert box.show("MainPID")["MainPID"] != before
+        wait_for_port(amqp)
+        assert get_one(amqp) == b"left in the data dir"
+        # (the same build packaged as a higher version: the binary's own --version is unchanged)
+        assert box.run("dpkg-query", "-W", "-f=${Version}", "lavinmq").stdout == artefacts["version"][1]
+
         # remove stops it; the data stays until purge
         box.run("apt-get", "remove", "-y", "-q", "lavinmq")
         assert box.run("systemctl", "is-active", "lavinmq", check=False).stdout.strip() in ("inactive", "unknown")
