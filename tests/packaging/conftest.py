@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from tests.conftest import free_port  # noqa: F401 - the packaging tests import it from here
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.environ.get("LAVINMQ_TEST_ROOTS", "/var/cache/lavinmq-test-roots")
 SUITE = "bookworm"
@@ -59,12 +61,6 @@ def in_root(root, *cmd, user=None, check=True, **kw):
 def version():
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
         return re.search(r'^version = "(.+)"', f.read(), re.M).group(1)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -114,19 +110,6 @@ def passwd(root, name):
         if line.startswith(name + ":"):
             return line.split(":")
     return None
-
-
-def set_ports(root, amqp, http, metrics=0):
-    """Uncomment the ports in the installed conffile (an admin's edit): the
-    root shares the host's network, where 5672 may be taken."""
-    ini = root / "etc/lavinmq/lavinmq.ini"
-    text = ini.read_text()
-    for section, key, value in (("amqp", "port", amqp), ("mgmt", "port", http), ("main", "metrics_http_port", metrics)):
-        head, sep, rest = text.partition(f"[{section}]\n")
-        assert sep and f";{key} = " in rest, (section, key)
-        rest = re.sub(rf"^;{key} = .*$", f"{key} = {value}", rest, count=1, flags=re.M)
-        text = head + sep + rest
-    ini.write_text(text)
 
 
 def wait_for_port(port, proc=None, timeout=30):
