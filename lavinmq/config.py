@@ -51,7 +51,7 @@ class Config:
     default_password_hash: str | None = None  # rabbit_password_hashing_sha256, as LavinMQ's
     default_user_only_loopback: bool = True
     max_message_size: int = 128 * 1024 * 1024
-    free_disk_min: int = 0
+    free_disk_min: int | None = None     # None: 3 segments (LavinMQ's floor); 0 turns the alarm off
     sync: bool = True       # confirms and tx.commit-ok wait until the messages are on disk
     amqp_bind: str = "127.0.0.1"
     amqp_port: int = 5672
@@ -87,6 +87,14 @@ class Config:
         apply_args(config, args)
         config.validate()
         return config
+
+    @property
+    def disk_free_limit(self):
+        """Bytes free below which publishers are blocked: free_disk_min, or
+        room for three segments when it is not set."""
+        if self.free_disk_min is None:
+            return 3 * self.segment_size
+        return self.free_disk_min
 
     def set(self, field, raw, where):
         """Set a field from a string (ini or environment), checked."""
@@ -129,7 +137,7 @@ OPTIONS = {
     # LavinMQ reads max_message_size from [amqp]; [main] is accepted too
     "max_message_size": Option("int", (("amqp", "max_message_size"), ("main", "max_message_size")),
                                lo=0, hi=2 ** 32 - 1),
-    "free_disk_min": Option("int", (("main", "free_disk_min"),), lo=0, hi=2 ** 63 - 1),
+    "free_disk_min": Option("int", (("main", "free_disk_min"),), lo=0, hi=2 ** 63 - 1, optional=True),
     "sync": Option("bool", (("main", "sync"),), ("LAVINMQ_SYNC",)),
     "amqp_bind": Option("str", (("amqp", "bind"),), ("LAVINMQ_AMQP_BIND",)),
     "amqp_port": Option("int", (("amqp", "port"),), ("LAVINMQ_AMQP_PORT",), **PORT),

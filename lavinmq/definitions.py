@@ -34,7 +34,9 @@ class DefinitionsFile:
 
     def read(self):
         """-> list of ((class_id, method_id), args). A damaged tail is cut at
-        the last whole frame."""
+        the last whole frame; a whole frame whose arguments do not decode is
+        logged and skipped, so one bad definition never takes the ones after
+        it along."""
         out = []
         if not os.path.exists(self.path):
             return out
@@ -51,12 +53,12 @@ class DefinitionsFile:
             if ftype != 1 or end + 1 > len(data) or data[end] != 0xCE or size < 4:
                 break
             cid, mid = struct.unpack_from(">HH", data, pos + 7)
-            try:
-                args = decode_method(cid, mid, data[pos + 11:end])
-            except Exception:
-                break
             if (cid, mid) in KNOWN:
-                out.append(((cid, mid), args))
+                try:
+                    out.append(((cid, mid), decode_method(cid, mid, data[pos + 11:end])))
+                except Exception as exc:
+                    log.error("%s: definition frame %d/%d at byte %d does not decode, skipped: %s",
+                              self.path, cid, mid, pos, exc)
             pos = end + 1
             good = pos
         if good != len(data):
@@ -67,15 +69,26 @@ class DefinitionsFile:
 
     def open(self):
         new = not os.path.exists(self.path) or os.path.getsize(self.path) < 4
-        self.f = open(self.path, "ab")
+        # unbuffered: a failed write must not stay in a buffer and land later
+        self.f = open(self.path, "ab", buffering=0)
         if new:
             self.f.truncate(0)
-            self.f.write(struct.pack("<I", VERSION))
-            self.f.flush()
+            self._write_all(struct.pack("<I", VERSION))
+
+    def _write_all(self, data):
+        """Append data whole or not at all (a full disk leaves no half frame)."""
+        start = os.fstat(self.f.fileno()).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self.f.write(view):]
+        except OSError:
+            self.f.truncate(start)
+            raise
 
     def append(self, key, args):
-        self.f.write(encode_method_frame(0, key[0], key[1], tuple(args)))
-        self.f.flush()
+        """Raises (and writes nothing) if the frame cannot be written."""
+        self._write_all(encode_method_frame(0, key[0], key[1], tuple(args)))
         if self.syncer is not None:
             self.syncer.add_file(self.path)
         if key in (EXCHANGE_DELETE, EXCHANGE_UNBIND, QUEUE_DELETE, QUEUE_UNBIND):

@@ -63,6 +63,12 @@ class Server:
     def _save_vhosts(self):
         data = orjson.dumps([{"name": n, "dir": sha1(n), "limits": v.limits} for n, v in self.vhosts.items()],
                             option=orjson.OPT_INDENT_2)
+        try:
+            with open(self._vhosts_path, "rb") as f:
+                if f.read() == data:
+                    return      # unchanged (every start): nothing to write, also on a full disk
+        except FileNotFoundError:
+            pass
         tmp = self._vhosts_path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -127,7 +133,7 @@ class Server:
 
     def check_disk(self):
         """free_disk_min: below it, publishers are blocked until space returns."""
-        limit = self.config.free_disk_min
+        limit = self.config.disk_free_limit
         low = False
         if limit:
             st = os.statvfs(self.data_dir)
@@ -153,7 +159,7 @@ class Server:
             log.error("config reload failed, keeping the running settings: %s", exc)
             return
         self.config.free_disk_min = fresh.free_disk_min
-        log.info("config reloaded: free_disk_min %d", fresh.free_disk_min)
+        log.info("config reloaded: free_disk_min %d", self.config.disk_free_limit)
         self.check_disk()
 
     async def stop(self):

@@ -11,8 +11,9 @@ from lavinmq import definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.segment import MessageStore
 from lavinmq.args import check_equivalent
-from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from lavinmq.exchange import DefaultExchange, Exchange, exchange_class
+from lavinmq.arguments import check_storable
+from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
+from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
 from lavinmq.queue import Queue
 
 log = logging.getLogger("lavinmq.vhost")
@@ -68,7 +69,38 @@ class VHost:
             except Exception as exc:
                 log.warning("vhost %s: skipping definition %s %r: %s", self.name, key, args, exc)
         # what survived is written back compactly: replays stop growing the file
-        self.definitions.rewrite(self._definition_frames())
+        try:
+            self.definitions.rewrite(self._definition_frames())
+        except OSError as exc:      # e.g. a full disk: the file as read is still good
+            log.warning("vhost %s: definitions not compacted: %s", self.name, exc)
+        self._set_aside_orphans()
+
+    def _set_aside_orphans(self):
+        """Queue directories that no durable queue owns (a definition lost
+        to a bug or a damaged file) are reported and moved out of the way to
+        orphaned/, never silently deleted: they may hold the only copy of
+        confirmed messages."""
+        owned = {os.path.basename(q.store.dir) for q in self.queues.values()}
+        try:
+            entries = os.listdir(self.dir)
+        except OSError:
+            return
+        for entry in entries:
+            if len(entry) != 40 or entry in owned or not all(c in "0123456789abcdef" for c in entry):
+                continue
+            path = os.path.join(self.dir, entry)
+            if not os.path.isdir(path):
+                continue
+            segments = [f for f in os.listdir(path) if f.startswith("msgs.")]
+            if not segments:
+                shutil.rmtree(path, ignore_errors=True)
+                log.warning("vhost %s: removed empty queue directory %s that no queue owns", self.name, entry)
+                continue
+            dest = os.path.join(self.dir, "orphaned", entry)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.replace(path, dest)
+            log.error("vhost %s: queue directory %s (%d segment files) belongs to no queue: moved to %s",
+                      self.name, entry, len(segments), dest)
 
     def _replay(self, key, args):
         if key == defs.EXCHANGE_DECLARE:
@@ -116,9 +148,19 @@ class VHost:
         return out
 
     def _persist(self, key, args):
-        self.definitions.append(key, args)
+        try:
+            self.definitions.append(key, args)
+        except OSError as exc:
+            raise ResourceError(f"cannot store the definition: {exc.strerror or exc}", *key) from None
         if self.definitions.needs_compaction():
-            self.definitions.rewrite(self._definition_frames())
+            try:
+                self.definitions.rewrite(self._definition_frames())
+            except OSError as exc:
+                log.warning("vhost %s: definitions not compacted: %s", self.name, exc)
+
+    @staticmethod
+    def _has_binding(source, destination, routing_key, arguments):
+        return (destination, routing_key, freeze(arguments or {})) in source.bindings
 
     @staticmethod
     def _binding_durable(source, destination):
@@ -143,16 +185,18 @@ class VHost:
                               ("auto_delete", ex.auto_delete, auto_delete), ("internal", ex.internal, internal)),
                              ex.arguments, arguments, 40)
             return ex
-        if name.startswith("amq."):
+        if name.startswith("amq.") and persist:
             raise AccessRefused(
                 f"exchange name '{name}' contains reserved prefix 'amq.*'", 40, 10)
         check_name("exchange", name, 40, 10)
+        check_storable(arguments, 40, 10)
         ex = exchange_class(type_name)(self, name, durable, auto_delete, internal, arguments)
-        self.exchanges[name] = ex
-        self.routing_version.bump()
+        # on disk before it is live: a declare-ok never outruns its definition
         if durable and persist:
             self._persist(defs.EXCHANGE_DECLARE, (0, name, type_name, False, True, auto_delete,
                                                   internal, False, arguments or {}))
+        self.exchanges[name] = ex
+        self.routing_version.bump()
         return ex
 
     def delete_exchange(self, name, if_unused=False, persist=True):
@@ -196,18 +240,24 @@ class VHost:
             return q
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
-        elif q is None and name.startswith("amq."):
+        elif q is None and name.startswith("amq.") and persist:
+            # replay (persist=False) brings back server-named durable queues
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'", 50, 10)
         if q is not None:
             self.check_exclusive(q, exclusive_owner, 50, 10)
             q.check_equivalent(durable, exclusive_owner is not None, auto_delete, arguments)
             return q
         check_name("queue", name, 50, 10)
+        check_storable(arguments, 50, 10)
         limit = self.limits.get("max-queues")
         if limit is not None and len(self.queues) >= limit:
             raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
                                      f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
+        if durable and not transient and persist:
+            # on disk before it is live: a declare-ok never outruns its definition
+            self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
+                                               arguments or {}))
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
         store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
         if not transient:
@@ -215,9 +265,6 @@ class VHost:
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()
-        if durable and not transient and persist:
-            self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
-                                               arguments or {}))
         return q
 
     def set_limits(self, limits):
@@ -277,8 +324,10 @@ class VHost:
             raise NotFound(f"no queue '{queue}' in vhost '{self.name}'", 50, 20)
         if isinstance(ex, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 50, 20)
-        if ex.bind(q, routing_key, arguments) and persist and self._binding_durable(ex, q):
+        check_storable(arguments, 50, 20)
+        if persist and self._binding_durable(ex, q) and not self._has_binding(ex, q, routing_key, arguments):
             self._persist(defs.QUEUE_BIND, (0, queue, exchange, routing_key, False, arguments or {}))
+        ex.bind(q, routing_key, arguments)
 
     def unbind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
         q = self.get_queue(queue, 50, 50, connection) if persist else self.queues.get(queue)
@@ -295,8 +344,10 @@ class VHost:
         src = self.get_exchange(source, 40, 30)
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 30)
-        if src.bind(dest, routing_key, arguments) and persist and self._binding_durable(src, dest):
+        check_storable(arguments, 40, 30)
+        if persist and self._binding_durable(src, dest) and not self._has_binding(src, dest, routing_key, arguments):
             self._persist(defs.EXCHANGE_BIND, (0, destination, source, routing_key, False, arguments or {}))
+        src.bind(dest, routing_key, arguments)
 
     def unbind_exchange(self, destination, source, routing_key, arguments, persist=True):
         dest = self.get_exchange(destination, 40, 40)

@@ -31,7 +31,8 @@ def test_defaults(env):
     assert (c.amqp_bind, c.amqp_port, c.http_bind, c.http_port) == ("127.0.0.1", 5672, "127.0.0.1", 15672)
     assert (c.heartbeat, c.frame_max, c.channel_max) == (300, 131072, 2048)
     assert c.max_message_size == 128 * 1024 * 1024 and c.segment_size == 8 * 1024 * 1024
-    assert c.data_dir_lock is True and c.set_timestamp is False and c.free_disk_min == 0
+    assert c.data_dir_lock is True and c.set_timestamp is False and c.free_disk_min is None
+    assert c.disk_free_limit == 3 * c.segment_size
     assert (c.default_user, c.default_password, c.default_password_hash) == ("guest", "guest", None)
     assert c.default_user_only_loopback is True
     assert c.warnings == []

@@ -70,6 +70,7 @@ cdef class Channel:
         public uint64_t publish_seq
         public uint64_t confirmed_seq
         bint in_confirm_dirty
+        list nack_seqs               # publishes to nack (store refused them), sorted; rare
         # transactions
         public bint tx
         public list tx_msgs
@@ -106,6 +107,7 @@ cdef class Channel:
     cdef int on_ack(self, uint64_t tag, bint multiple, int action) except -1
     cdef int send_confirms(self) except -1
     cdef int ack_to(self, uint64_t seq) except -1
+    cdef int ack_to_plain(self, uint64_t seq) except -1
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1
 
 

@@ -10,12 +10,12 @@ from lavinmq._core.buffer cimport (
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue
 from lavinmq._core.routing cimport Exchange
-from lavinmq._core.segment cimport SP, record_parts
+from lavinmq._core.segment cimport SP, record_parts, APPEND_NO_SPACE
 from lavinmq._core cimport spec
 
 from lavinmq._core import queue as _queue_mod
 from lavinmq.errors import (
-    FrameError, PreconditionFailed, SyntaxError_, UnexpectedFrame, NotFound,
+    FrameError, PreconditionFailed, SyntaxError_, UnexpectedFrame, NotFound, ResourceError,
 )
 
 cdef enum:
@@ -252,6 +252,7 @@ cdef class Channel:
 
     cdef int publish_complete(self) except -1:
         cdef Exchange ex
+        cdef int rc
         cdef const char *rec = self.rec.buf
         self.pstate = PS_IDLE
         self.publish_count += 1
@@ -260,13 +261,24 @@ cdef class Channel:
         if self.tx:
             self.tx_msgs.append((ex, self.rec.getvalue(), self.mandatory, self.immediate))
             return 0
-        self.route_record(ex, rec, self.rec.len, self.props_len, self.mandatory, self.immediate)
+        rc = self.route_record(ex, rec, self.rec.len, self.props_len, self.mandatory, self.immediate)
         if self.confirm:
             self.publish_seq += 1
+            if rc:
+                self.refused(self.publish_seq)
             if not self.in_confirm_dirty:
                 self.in_confirm_dirty = True
                 self.state.confirm_dirty.append(self)
+        elif rc:
+            raise ResourceError("disk full: the message could not be stored", 60, 40)
         return 0
+
+    def refused(self, uint64_t seq):
+        """A store refused publish seq (disk full): it is nacked, in order,
+        when the confirms before it go out."""
+        if self.nack_seqs is None:
+            self.nack_seqs = []
+        self.nack_seqs.append(seq)
 
     cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, Py_ssize_t props_len,
                           bint mandatory, bint immediate) except -1:
@@ -275,6 +287,7 @@ cdef class Channel:
         cdef Py_ssize_t rklen = <uint8_t>rec[9 + exlen]
         cdef Py_ssize_t props_off = 10 + exlen + rklen
         cdef tuple queues
+        cdef bint refused = False
         if props_len < 0:       # a record held by a transaction
             props_len = props_convert(rec + props_off, n - props_off, NULL, True)
         queues = ex.route(rk, rklen, rec + props_off, props_len)
@@ -296,10 +309,11 @@ cdef class Channel:
         for x in queues:
             q = <Queue>x
             if not q.closed:
-                q.publish(rec, n)
-                if q.consumers and q.store.ready > FLOW_BACKLOG:
+                if q.publish(rec, n):
+                    refused = True
+                elif q.consumers and q.store.ready > FLOW_BACKLOG:
                     self.state.throttle = True
-        return 0
+        return APPEND_NO_SPACE if refused else 0
 
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1:
         cdef WriteBuffer wb = self.state.wbuf
@@ -316,7 +330,31 @@ cdef class Channel:
         return self.ack_to(self.publish_seq)
 
     cdef int ack_to(self, uint64_t seq) except -1:
-        # one cumulative basic.ack for everything up to seq
+        # one cumulative basic.ack for everything up to seq; refused
+        # publishes are nacked in their place, so that every confirm goes
+        # out in order (clients such as amqp091-go rely on it)
+        cdef WriteBuffer wb
+        cdef uint64_t t
+        cdef int sent = 0
+        if not self.nack_seqs:
+            return self.ack_to_plain(seq)
+        if self.closing or self.state.closed:
+            return 0
+        wb = self.state.wbuf
+        while self.nack_seqs and self.nack_seqs[0] <= seq:
+            t = self.nack_seqs.pop(0)
+            if t <= self.confirmed_seq:
+                continue
+            sent |= self.ack_to_plain(t - 1)
+            wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_NACK)
+            wb.write_u64(t)
+            wb.write_u8(0)
+            wb.end_frame()
+            self.confirmed_seq = t
+            sent = 1
+        return self.ack_to_plain(seq) | sent
+
+    cdef int ack_to_plain(self, uint64_t seq) except -1:
         cdef WriteBuffer wb = self.state.wbuf
         if seq <= self.confirmed_seq or self.closing or self.state.closed:
             return 0
@@ -449,6 +487,7 @@ cdef class Channel:
         """tx.commit: route the held publishes, then apply the held acks."""
         cdef Exchange ex
         cdef bytes rec
+        cdef int refused = 0
         msgs, acks = self.tx_msgs, self.tx_acks
         self.tx_msgs = []
         self.tx_acks = []
@@ -456,13 +495,15 @@ cdef class Channel:
         try:
             for ex, rec, mandatory, immediate in msgs:
                 if not ex.deleted:
-                    self.route_record(ex, rec, len(rec), -1, mandatory, immediate)
+                    refused |= self.route_record(ex, rec, len(rec), -1, mandatory, immediate)
                 if self.confirm:
                     self.publish_seq += 1
             for tag, multiple, action in acks:
                 self.on_ack(tag, multiple, action)
         finally:
             self.tx = True
+        if refused:
+            raise ResourceError("disk full: messages of the transaction could not be stored", 90, 20)
         if self.confirm:
             self.send_confirms()
 

@@ -2,7 +2,7 @@
 import asyncio
 import logging
 
-from lavinmq._core.segment cimport MessageStore, SP
+from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -76,8 +76,10 @@ cdef class Queue:
         return schedule_queue(self)
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1:
+        """-> 0, or APPEND_NO_SPACE when the store's disk is full."""
         cdef SP sp
-        self.store.append(rec, n, &sp)
+        if self.store.append(rec, n, &sp):
+            return APPEND_NO_SPACE
         self.publish_count += 1
         if self.consumers:
             schedule_queue(self)
@@ -188,8 +190,10 @@ cdef class Queue:
     # -- the management API's publish and get (per request, not per message) --
 
     def publish_record(self, bytes rec):
+        """-> False when the message could not be stored (disk full)."""
         if not self.closed:
-            self.publish(rec, len(rec))
+            return self.publish(rec, len(rec)) == 0
+        return False
 
     def take_records(self, Py_ssize_t count, bint requeue):
         """-> [(record bytes, redelivered)] of up to count ready messages,

@@ -9,6 +9,7 @@ from lavinmq._core.buffer cimport le64
 cdef enum:
     SCHEMA_VERSION = 4
     SEGMENT_HEADER = 4          # the u32 schema version at the start of a file
+    APPEND_NO_SPACE = 1         # append's answer when the disk is full (no exception)
 
 # A message's place in a store: segment id, byte position, record length.
 cdef struct SP:
@@ -27,6 +28,7 @@ cdef class Segment:
         Py_ssize_t mapped_len
         readonly Py_ssize_t size       # end of the last record
         Py_ssize_t capacity     # file length while it is the write segment
+        Py_ssize_t allocated    # bytes backed by disk blocks: writes never go past it
         readonly uint32_t msg_count
         readonly uint32_t ack_count
         bint writable
@@ -68,9 +70,11 @@ cdef class MessageStore:
         bint sync_marked        # already in the syncer's list for the next flush
         uint32_t sync_from      # first segment written since the last flush
         bint sync_dir           # a segment file was created since the last flush
+        bint disk_full_logged   # one log line per disk-full episode
 
     cdef Segment segment(self, uint32_t seg_id)
     cdef int open_new_segment(self, Py_ssize_t min_size) except -1
+    cdef int allocate(self, Segment s, Py_ssize_t need) except -1
     cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1
     cdef const char *shift(self, SP *out, bint *redelivered) except? NULL
     cdef const char *read(self, SP sp) except NULL

@@ -7,7 +7,8 @@ from libc.stdlib cimport malloc, realloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
 from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
 from posix.unistd cimport close as c_close, ftruncate, write as c_write, pwrite
-from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_WRONLY, O_APPEND, O_RDONLY
+from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_WRONLY, O_APPEND, O_RDONLY, posix_fallocate
+from posix.unistd cimport unlink
 from cpython.exc cimport PyErr_SetFromErrno
 
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
@@ -22,6 +23,20 @@ class CorruptSegment(OSError):
 
 cdef extern from "errno.h":
     int errno
+    int ENOSPC
+    int EDQUOT
+
+# Disk blocks are reserved ahead of the writer in steps that grow with the
+# segment (64 KiB, 128 KiB, ... 4 MiB): a write into a mapped page with no
+# block behind it is a SIGBUS when the disk is full, a failed fallocate is
+# an error we can answer. Small queues keep small files on disk.
+cdef enum:
+    ALLOC_MIN = 64 * 1024
+    ALLOC_MAX = 4 * 1024 * 1024
+
+
+class DiskFull(OSError):
+    """No space for a new segment or its first blocks."""
 
 
 cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2:
@@ -89,6 +104,27 @@ cdef enum:
 # Timestamps are ms since 1970 (and negative ones would be stored as
 # huge unsigned values): anything past year 2248 is not one we wrote.
 cdef uint64_t MAX_TIMESTAMP = 1 << 43
+
+
+# the kernel allocates blocks for a whole page on a write fault, so
+# reservations end on page boundaries (4 KiB here, 16/64 KiB on some arm64)
+cdef Py_ssize_t PAGE_SIZE = max(4096, os.sysconf("SC_PAGE_SIZE"))
+
+
+cdef inline Py_ssize_t _alloc_step(Py_ssize_t cur, Py_ssize_t need, Py_ssize_t cap):
+    """Where the next reservation of a segment of capacity cap should end,
+    reserved now up to cur and needing at least need."""
+    cdef Py_ssize_t step = cur
+    cdef Py_ssize_t upto
+    if step < ALLOC_MIN:
+        step = ALLOC_MIN
+    elif step > ALLOC_MAX:
+        step = ALLOC_MAX
+    upto = cur + step
+    if upto < need:
+        upto = need
+    upto = (upto + PAGE_SIZE - 1) // PAGE_SIZE * PAGE_SIZE
+    return upto if upto < cap else cap
 
 
 cdef bint all_zero(const char *p, Py_ssize_t n):
@@ -169,21 +205,39 @@ cdef class Segment:
         return 0
 
     cdef int flush_pending(self) except -1:
+        """Append the pending positions to acks.N. -> 0, or 1 when the disk
+        is full: what was not written stays pending for the next flush."""
         cdef Py_ssize_t n = self.n_pending * sizeof(uint32_t)
         cdef Py_ssize_t done = 0
-        cdef Py_ssize_t w
+        cdef Py_ssize_t w, torn
+        cdef int err
         if self.n_pending == 0:
             return 0
         if self.ack_fd < 0:
             self.ack_fd = c_open(self.ack_path.encode(), O_WRONLY | O_CREAT | O_APPEND, 0o644)
             if self.ack_fd < 0:
+                if errno == ENOSPC or errno == EDQUOT:
+                    return 1
                 PyErr_SetFromErrno(OSError)
                 return -1
         while done < n:
             w = c_write(self.ack_fd, (<char *>self.pending) + done, n - done)
             if w < 0:
-                PyErr_SetFromErrno(OSError)
-                return -1
+                err = errno
+                if err != ENOSPC and err != EDQUOT:
+                    PyErr_SetFromErrno(OSError)
+                    return -1
+                # keep whole entries only: a torn u32 would shift every
+                # position appended after it
+                torn = done % sizeof(uint32_t)
+                if torn:
+                    size = os.fstat(self.ack_fd).st_size
+                    os.ftruncate(self.ack_fd, size - torn)
+                    done -= torn
+                self.n_pending -= done // sizeof(uint32_t)
+                memmove(self.pending, self.pending + done // sizeof(uint32_t),
+                        self.n_pending * sizeof(uint32_t))
+                return 1
             done += w
         self.n_pending = 0
         return 0
@@ -234,7 +288,11 @@ cdef class MessageStore:
             os.makedirs(directory, exist_ok=True)
             self._load()
             if self.wseg is None:
-                self.open_new_segment(0)
+                try:
+                    self.open_new_segment(0)
+                except DiskFull as exc:
+                    # serve what is there; the first publish tries again
+                    log.warning("queue %s: no space for a write segment: %s", self.log_name, exc)
         except Exception as exc:
             # one damaged or unreadable queue must not stop the broker, nor
             # lose its definition: the queue stays declared but closed
@@ -242,7 +300,7 @@ cdef class MessageStore:
             log.error("queue %s closed: %s", self.log_name, exc)
             self.close()
             return
-        if self.rseg is None:
+        if self.rseg is None and self.segs:
             self.rseg = <Segment>self.segs[0]
             self.rpos = SEGMENT_HEADER
 
@@ -333,6 +391,7 @@ cdef class MessageStore:
             s.deleted = acked
             s.n_deleted = s.ack_count
         s.size = pos
+        s.allocated = pos       # blocks past the data may be holes (older files were sparse)
         if not last:
             s.unmap()
             if file_len != pos:
@@ -377,9 +436,12 @@ cdef class MessageStore:
         cdef uint32_t seg_id
         cdef Segment s
         cdef char hdr[4]
+        cdef int rc
         if self.wseg is not None:
             self._seal(self.wseg)
             seg_id = self.wseg.id + 1
+        elif self.segs:
+            seg_id = self.base_id + len(self.segs)
         else:
             seg_id = self.base_id if self.base_id else 1
             self.base_id = seg_id
@@ -393,6 +455,17 @@ cdef class MessageStore:
         if ftruncate(s.fd, s.capacity) != 0:
             PyErr_SetFromErrno(OSError)
             return -1
+        rc = posix_fallocate(s.fd, 0, _alloc_step(0, min_size + SEGMENT_HEADER + 8, s.capacity))
+        if rc != 0:
+            # no room for even the first blocks: leave no file behind, the
+            # previous segment stays the writer (sealed files are not reopened)
+            c_close(s.fd)
+            s.fd = -1
+            unlink(s.path.encode())
+            if self.wseg is not None and not self.wseg.writable:
+                self._unseal(self.wseg)
+            raise DiskFull(rc, f"{s.path}: {os.strerror(rc)}")
+        s.allocated = _alloc_step(0, min_size + SEGMENT_HEADER + 8, s.capacity)
         # the header goes in with pwrite: a first write *fault* into a fresh
         # sparse file costs ext4 ~3 ms (block allocation under the fault),
         # which made queue.declare 40x slower
@@ -410,7 +483,43 @@ cdef class MessageStore:
             self.segs.append(None)
         self.segs.append(s)
         self.wseg = s
+        if self.rseg is None:
+            self.rseg = s
+            self.rpos = SEGMENT_HEADER
         return 0
+
+    cdef int allocate(self, Segment s, Py_ssize_t need) except -1:
+        """Reserve disk blocks up to at least `need` bytes of the write
+        segment. -> 0, or APPEND_NO_SPACE when the disk is full."""
+        cdef Py_ssize_t upto = _alloc_step(s.allocated, need, s.capacity)
+        cdef int fd = c_open(s.path.encode(), O_RDWR)
+        cdef int rc
+        if fd < 0:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        rc = posix_fallocate(fd, s.allocated, upto - s.allocated)
+        c_close(fd)
+        if rc == ENOSPC or rc == EDQUOT:
+            return APPEND_NO_SPACE
+        if rc != 0:
+            raise OSError(rc, f"{s.path}: {os.strerror(rc)}")
+        s.allocated = upto
+        return 0
+
+    def _unseal(self, Segment s):
+        """A new segment could not be created: the sealed one (cut to its
+        data) goes on as the writer, at its own length."""
+        s.writable = True
+        s.unmap()
+        s.capacity = s.size
+        s.allocated = s.size
+
+    def log_disk_full(self, exc):
+        # once per episode, not per refused message
+        if not self.disk_full_logged:
+            self.disk_full_logged = True
+            log.error("queue %s: disk full, messages refused until space returns%s", self.log_name,
+                      f" ({exc})" if exc is not None else "")
 
     def _seal(self, Segment s):
         """The write segment is full: cut the file to its data."""
@@ -472,10 +581,19 @@ cdef class MessageStore:
     # -- messages ------------------------------------------------------------
 
     cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1:
+        """-> 0, or APPEND_NO_SPACE (nothing written) when the disk is full."""
         cdef Segment s = self.wseg
-        if s.size + n + 8 > s.capacity:
-            self.open_new_segment(n + 8)
+        if s is None or s.size + n + 8 > s.capacity:
+            try:
+                self.open_new_segment(n + 8)
+            except DiskFull as exc:
+                self.log_disk_full(exc)
+                return APPEND_NO_SPACE
             s = self.wseg
+        if s.size + n + 8 > s.allocated:
+            if self.allocate(s, s.size + n + 8) == APPEND_NO_SPACE:
+                self.log_disk_full(None)
+                return APPEND_NO_SPACE
         # body first, timestamp last: a record cut short by a crash keeps a
         # zero timestamp and reads as the end of data
         memcpy(s.base + s.size + 8, rec + 8, n - 8)
@@ -487,6 +605,7 @@ cdef class MessageStore:
             self.mark_for_sync()
         s.size += n
         s.msg_count += 1
+        self.disk_full_logged = False
         self.ready += 1
         self.ready_bytes += n
         return 0
@@ -596,9 +715,14 @@ cdef class MessageStore:
             s = <Segment>x
             if s.dropped:
                 continue
-            s.flush_pending()
             if s.ack_count == s.msg_count:
+                # every message gone: dropping the files frees space, and
+                # needs no ack entries written first
                 self.maybe_drop_segment(s)
+                if s.dropped:
+                    continue
+            if s.flush_pending():
+                self.dirty.append(s)    # disk full: try again on the next flush
         return 0
 
     # -- Python-facing -------------------------------------------------------

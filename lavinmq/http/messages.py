@@ -79,8 +79,9 @@ async def publish(request):
     ex.publish_in_count += 1
     if queues:
         ex.publish_out_count += 1
-    for q in queues:
-        q.publish_record(rec)
+    stored = [q.publish_record(rec) for q in queues]
+    if not all(stored):
+        raise HTTPError(507, "disk full: the message could not be stored")
     return web.json_response({"routed": bool(queues)})
 
 

@@ -63,7 +63,7 @@ async def nodes(request):
         "uptime": shapes.uptime_ms(server.started), "processors": os.cpu_count(),
         "mem_used": rss_bytes(), "mem_alarm": False, "fd_used": len(os.listdir("/proc/self/fd")),
         "fd_total": soft, "disk_free": st.f_bavail * st.f_frsize,
-        "disk_free_limit": server.config.free_disk_min, "disk_free_alarm": server.disk_alarm,
+        "disk_free_limit": server.config.disk_free_limit, "disk_free_alarm": server.disk_alarm,
         "partitions": [], "applications": [], "rates_mode": "basic"}])
 
 
