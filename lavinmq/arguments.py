@@ -1,14 +1,183 @@
-"""Arguments of declarations, bindings and consumers: what may be stored.
+"""Arguments of declarations, bindings and consumers, and policy keys: one
+table of what the broker knows, used by queue.declare, exchange.declare,
+basic.consume, bindings, the HTTP API, definitions import and policies.
 
-Everything durable is written to definitions.amqp as the AMQP frame it came
-in as, and read back at boot with the same codec limits as the wire. A
-table that the codec cannot read back (nested too deep, integers past
-int64, keys over 255 bytes, unknown value types) must be refused *before*
-anything changes; otherwise the file holds a frame that cuts short every
-definition after it at the next start.
+A known argument with a wrong type or value is refused with 406 and a reply
+text naming it, as LavinMQ's argument validators do; unknown arguments are
+kept as they are (clients put their own keys there).
+
+Everything durable is also written to definitions.amqp as the AMQP frame it
+came in as, and read back at boot with the wire's codec limits. A table that
+cannot be read back (nested too deep, integers past int64, keys over 255
+bytes) must be refused *before* anything changes; otherwise the file holds a
+frame that used to cut short every definition after it at the next start.
 """
+import re
+
 from lavinmq._core.codec import decode_table_bytes, encode_table_bytes
 from lavinmq.errors import PreconditionFailed
+
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
+MAX_AGE = re.compile(r"\A\d+[YMDhms]\Z")
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+# quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
+QUEUE_TYPES = ("classic", "quorum", "stream")
+X_MATCH = ("all", "any", "all-with-x", "any-with-x")
+
+
+class Arg:
+    """One known argument: its type and bounds, and the policy key that
+    sets the same thing (None if there is none)."""
+    __slots__ = ("name", "kind", "lo", "hi", "choices", "policy")
+
+    def __init__(self, name, kind, lo=None, hi=None, choices=None, policy=None):
+        self.name, self.kind, self.lo, self.hi = name, kind, lo, hi
+        self.choices, self.policy = choices, policy
+
+    def check(self, value):
+        """-> the value as the broker uses it, or raise ValueError with a
+        reason that names the argument."""
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{self.name} header not an integer")
+            if self.lo is not None and value < self.lo:
+                raise ValueError(f"{self.name} header less than minimum value {self.lo}")
+            if self.hi is not None and value > self.hi:
+                raise ValueError(f"{self.name} header greater than maximum value {self.hi}")
+            return value
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.name} header not a boolean")
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            try:
+                value = bytes(value).decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"{self.name} header not a string") from None
+        if not isinstance(value, str):
+            raise ValueError(f"{self.name} header not a string")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{self.name} header must be one of {', '.join(self.choices)}, not '{value}'")
+        if self.kind == "age" and not MAX_AGE.match(value):
+            raise ValueError(f"{self.name} header format invalid (a number and one of Y M D h m s)")
+        return value
+
+
+def _table(*args):
+    return {a.name: a for a in args}
+
+
+QUEUE_ARGS = _table(
+    Arg("x-message-ttl", "int", 0, INT32_MAX, policy="message-ttl"),
+    Arg("x-expires", "int", 1, INT32_MAX, policy="expires"),
+    Arg("x-max-length", "int", 0, INT64_MAX, policy="max-length"),
+    Arg("x-max-length-bytes", "int", 0, INT64_MAX, policy="max-length-bytes"),
+    Arg("x-overflow", "str", choices=OVERFLOW_MODES, policy="overflow"),
+    Arg("x-dead-letter-exchange", "str", policy="dead-letter-exchange"),
+    Arg("x-dead-letter-routing-key", "str", policy="dead-letter-routing-key"),
+    Arg("x-max-priority", "int", 0, 255),
+    Arg("x-queue-type", "str", choices=QUEUE_TYPES),
+    Arg("x-delivery-limit", "int", 0, INT64_MAX, policy="delivery-limit"),
+    Arg("x-consumer-timeout", "int", 0, INT64_MAX, policy="consumer-timeout"),
+    Arg("x-single-active-consumer", "bool"),
+    Arg("x-message-deduplication", "bool"),
+    Arg("x-cache-size", "int", 0, INT32_MAX),
+    Arg("x-cache-ttl", "int", 0, INT64_MAX),
+    Arg("x-deduplication-header", "str"),
+    Arg("x-max-age", "age", policy="max-age"),
+    Arg("x-queue-mode", "str", choices=("default", "lazy")),
+)
+
+EXCHANGE_ARGS = _table(
+    Arg("alternate-exchange", "str", policy="alternate-exchange"),
+    Arg("x-alternate-exchange", "str"),
+    Arg("x-delayed-type", "str"),
+    Arg("x-delayed-exchange", "bool"),
+    Arg("x-message-deduplication", "bool"),
+    Arg("x-cache-size", "int", 0, INT32_MAX),
+    Arg("x-cache-ttl", "int", 0, INT64_MAX),
+    Arg("x-deduplication-header", "str"),
+    Arg("hash-header", "str"),
+    Arg("hash-property", "str"),
+)
+
+CONSUMER_ARGS = _table(
+    Arg("x-priority", "int", INT32_MIN, INT32_MAX),
+    Arg("x-cancel-on-ha-failover", "bool"),
+    Arg("x-stream-match-unfiltered", "bool"),
+    Arg("x-stream-automatic-offset-tracking", "bool"),
+)
+
+# policy keys that have no x-argument of their own
+EXTRA_POLICY_KEYS = _table(
+    Arg("federation-upstream", "str"),
+    Arg("federation-upstream-set", "str"),
+    Arg("queue-mode", "str", choices=("default", "lazy")),
+)
+
+
+def _fail(reason, class_id, method_id):
+    raise PreconditionFailed(reason, class_id, method_id)
+
+
+def _validate(table, arguments, class_id, method_id):
+    check_storable(arguments, class_id, method_id)
+    if not arguments:
+        return
+    for key, value in arguments.items():
+        spec = table.get(key)
+        if spec is not None and value is not None:
+            try:
+                spec.check(value)
+            except ValueError as exc:
+                _fail(str(exc), class_id, method_id)
+
+
+def validate_queue(arguments, class_id=50, method_id=10):
+    _validate(QUEUE_ARGS, arguments, class_id, method_id)
+    if arguments and arguments.get("x-dead-letter-routing-key") is not None \
+            and arguments.get("x-dead-letter-exchange") is None:
+        _fail("x-dead-letter-exchange required if x-dead-letter-routing-key is defined",
+              class_id, method_id)
+
+
+def validate_exchange(arguments, class_id=40, method_id=10):
+    _validate(EXCHANGE_ARGS, arguments, class_id, method_id)
+
+
+def validate_consumer(arguments, class_id=60, method_id=20):
+    _validate(CONSUMER_ARGS, arguments, class_id, method_id)
+
+
+def validate_binding(exchange_type, arguments, class_id, method_id):
+    """Headers bindings: x-match must be a mode the broker knows. Other keys
+    are header names to match, x- prefixed or not."""
+    check_storable(arguments, class_id, method_id)
+    if arguments and exchange_type == "headers" and "x-match" in arguments:
+        mode = arguments["x-match"]
+        if isinstance(mode, (bytes, bytearray)):
+            mode = bytes(mode).decode(errors="replace")
+        if mode not in X_MATCH:
+            _fail(f"x-match must be one of {', '.join(X_MATCH)}, not '{mode}'", class_id, method_id)
+
+
+POLICY_KEYS = {a.policy: a for t in (QUEUE_ARGS, EXCHANGE_ARGS) for a in t.values() if a.policy}
+POLICY_KEYS.update(EXTRA_POLICY_KEYS)
+
+
+def validate_policy_definition(definition):
+    """-> the definition, or raise ValueError naming the first bad key."""
+    if not isinstance(definition, dict) or not definition:
+        raise ValueError("a policy definition must be a non-empty object")
+    for key, value in definition.items():
+        spec = POLICY_KEYS.get(key)
+        if spec is None:
+            raise ValueError(f"unknown policy key '{key}'")
+        spec.check(value)
+    if "dead-letter-routing-key" in definition and "dead-letter-exchange" not in definition:
+        raise ValueError("dead-letter-exchange required if dead-letter-routing-key is defined")
+    return definition
 
 
 def check_storable(arguments, class_id, method_id):
@@ -16,13 +185,8 @@ def check_storable(arguments, class_id, method_id):
     if not arguments:
         return
     if not isinstance(arguments, dict):
-        raise PreconditionFailed("arguments must be a table", class_id, method_id)
+        _fail("arguments must be a table", class_id, method_id)
     try:
         decode_table_bytes(encode_table_bytes(arguments))
     except Exception as exc:
-        raise PreconditionFailed(f"invalid arguments: {_reason(exc)}", class_id, method_id) from None
-
-
-def _reason(exc):
-    text = str(exc) or type(exc).__name__
-    return text[:200]
+        _fail(f"invalid arguments: {(str(exc) or type(exc).__name__)[:200]}", class_id, method_id)

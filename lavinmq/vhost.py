@@ -11,7 +11,7 @@ from lavinmq import definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.segment import MessageStore
 from lavinmq.args import check_equivalent
-from lavinmq.arguments import check_storable
+from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
 from lavinmq.queue import Queue
@@ -152,6 +152,10 @@ class VHost:
             self.definitions.append(key, args)
         except OSError as exc:
             raise ResourceError(f"cannot store the definition: {exc.strerror or exc}", *key) from None
+
+    def _compact_if_needed(self):
+        """After a removal has changed the live state (never before: the
+        rewrite is made from it)."""
         if self.definitions.needs_compaction():
             try:
                 self.definitions.rewrite(self._definition_frames())
@@ -173,12 +177,12 @@ class VHost:
     def declare_exchange(self, name, type_name, durable, auto_delete, internal, arguments,
                          passive=False, persist=True):
         ex = self.exchanges.get(name)
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange", 40, 10)
         if passive:
             if ex is None:
                 raise NotFound(f"no exchange '{name}' in vhost '{self.name}'", 40, 10)
             return ex
-        if name == "":
-            raise AccessRefused("operation not permitted on the default exchange", 40, 10)
         if ex is not None:
             check_equivalent("exchange", name, self.name,
                              (("type", ex.type, type_name), ("durable", ex.durable, durable),
@@ -189,7 +193,8 @@ class VHost:
             raise AccessRefused(
                 f"exchange name '{name}' contains reserved prefix 'amq.*'", 40, 10)
         check_name("exchange", name, 40, 10)
-        check_storable(arguments, 40, 10)
+        if persist:     # replay takes back what an older version accepted
+            argspec.validate_exchange(arguments)
         ex = exchange_class(type_name)(self, name, durable, auto_delete, internal, arguments)
         # on disk before it is live: a declare-ok never outruns its definition
         if durable and persist:
@@ -207,20 +212,24 @@ class VHost:
             raise AccessRefused(f"operation not permitted on exchange '{name}'", 40, 20)
         if if_unused and ex.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use", 40, 20)
+        if ex.durable and persist:
+            self._persist(defs.EXCHANGE_DELETE, (0, name, False, False))
         del self.exchanges[name]
         ex.deleted = True
         ex.bindings.clear()
-        for other in self.exchanges.values():
-            if ex in (b.destination for b in other.bindings.values()):
-                other.remove_destination(ex)
-                self._maybe_auto_delete_exchange(other)
         self.routing_version.bump()
-        if ex.durable and persist:
-            self._persist(defs.EXCHANGE_DELETE, (0, name, False, False))
+        # sources that lose their last binding may be auto-delete exchanges
+        # themselves: deleting them changes self.exchanges, so walk a snapshot
+        for other in list(self.exchanges.values()):
+            if any(b.destination is ex for b in other.bindings.values()):
+                other.remove_destination(ex)
+                self._maybe_auto_delete_exchange(other, persist)
+        if persist:
+            self._compact_if_needed()
 
-    def _maybe_auto_delete_exchange(self, ex):
-        if ex.auto_delete and not ex.bindings and ex.name in self.exchanges:
-            self.delete_exchange(ex.name)
+    def _maybe_auto_delete_exchange(self, ex, persist=True):
+        if ex.auto_delete and not ex.bindings and self.exchanges.get(ex.name) is ex:
+            self.delete_exchange(ex.name, persist=persist)
 
     def get_exchange(self, name, class_id, method_id):
         ex = self.exchanges.get(name)
@@ -231,24 +240,33 @@ class VHost:
     # -- queues --------------------------------------------------------------------
 
     def declare_queue(self, name, durable, exclusive_owner, auto_delete, arguments,
-                      passive=False, persist=True):
+                      passive=False, persist=True, connection=None):
+        """connection: the declaring connection (None over HTTP); it may use
+        its own exclusive queues passively, whatever exclusive flag it sends."""
         q = self.queues.get(name)
         if passive:
             if q is None:
                 raise NotFound(f"no queue '{name}' in vhost '{self.name}'", 50, 10)
-            self.check_exclusive(q, exclusive_owner, 50, 10)
+            self.check_exclusive(q, connection, 50, 10)
             return q
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
-        elif q is None and name.startswith("amq.") and persist:
-            # replay (persist=False) brings back server-named durable queues
+        elif name.startswith("amq.") and persist:
+            # as RabbitMQ, also for a queue that exists; replay (persist=False)
+            # brings back server-named durable queues
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'", 50, 10)
         if q is not None:
-            self.check_exclusive(q, exclusive_owner, 50, 10)
-            q.check_equivalent(durable, exclusive_owner is not None, auto_delete, arguments)
+            if q.exclusive_owner is not exclusive_owner:
+                # RabbitMQ's strict check: the owner and the flag must both match
+                raise ResourceLocked(
+                    f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'. "
+                    f"It could be originally declared on another connection or the exclusive property "
+                    f"value does not match that of the original declaration.", 50, 10)
+            q.check_equivalent(durable, auto_delete, arguments)
             return q
         check_name("queue", name, 50, 10)
-        check_storable(arguments, 50, 10)
+        if persist:     # replay takes back what an older version accepted
+            argspec.validate_queue(arguments)
         limit = self.limits.get("max-queues")
         if limit is not None and len(self.queues) >= limit:
             raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
@@ -261,7 +279,7 @@ class VHost:
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
         store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
         if not transient:
-            store.syncer = self.syncer
+            store.set_syncer(self.syncer)
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()
@@ -301,18 +319,20 @@ class VHost:
         if if_empty and q.message_count:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty", 50, 40)
         count = q.message_count
+        if q.durable and not q.exclusive and persist:
+            self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
         q.closed = True
         for ex in list(self.exchanges.values()):
             if any(b.destination is q for b in ex.bindings.values()):
                 ex.remove_destination(q)
-                self._maybe_auto_delete_exchange(ex)
+                self._maybe_auto_delete_exchange(ex, persist)
         self.routing_version.bump()
         for c in list(q.consumers):
             c.channel.server_cancel(c)
         q.store.destroy()
-        if q.durable and not q.exclusive and persist:
-            self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
+        if persist:
+            self._compact_if_needed()
         return count
 
     # -- bindings ---------------------------------------------------------------
@@ -324,41 +344,49 @@ class VHost:
             raise NotFound(f"no queue '{queue}' in vhost '{self.name}'", 50, 20)
         if isinstance(ex, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 50, 20)
-        check_storable(arguments, 50, 20)
+        argspec.validate_binding(ex.type, arguments, 50, 20)
         if persist and self._binding_durable(ex, q) and not self._has_binding(ex, q, routing_key, arguments):
             self._persist(defs.QUEUE_BIND, (0, queue, exchange, routing_key, False, arguments or {}))
         ex.bind(q, routing_key, arguments)
 
     def unbind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
-        q = self.get_queue(queue, 50, 50, connection) if persist else self.queues.get(queue)
-        ex = self.get_exchange(exchange, 50, 50)
+        """Unbinding what does not exist (queue, exchange or binding) is
+        not an error, as in RabbitMQ and LavinMQ."""
+        q = self.queues.get(queue)
+        ex = self.exchanges.get(exchange)
         if isinstance(ex, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 50, 50)
-        if q is not None and ex.unbind(q, routing_key, arguments):
+        if q is not None and persist:
+            self.check_exclusive(q, connection, 50, 50)
+        if q is not None and ex is not None and ex.unbind(q, routing_key, arguments):
             if persist and self._binding_durable(ex, q):
                 self._persist(defs.QUEUE_UNBIND, (0, queue, exchange, routing_key, arguments or {}))
-            self._maybe_auto_delete_exchange(ex)
+            self._maybe_auto_delete_exchange(ex, persist)
+            if persist:
+                self._compact_if_needed()
 
     def bind_exchange(self, destination, source, routing_key, arguments, persist=True):
         dest = self.get_exchange(destination, 40, 30)
         src = self.get_exchange(source, 40, 30)
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 30)
-        check_storable(arguments, 40, 30)
+        argspec.validate_binding(src.type, arguments, 40, 30)
         if persist and self._binding_durable(src, dest) and not self._has_binding(src, dest, routing_key, arguments):
             self._persist(defs.EXCHANGE_BIND, (0, destination, source, routing_key, False, arguments or {}))
         src.bind(dest, routing_key, arguments)
 
     def unbind_exchange(self, destination, source, routing_key, arguments, persist=True):
-        dest = self.get_exchange(destination, 40, 40)
-        src = self.get_exchange(source, 40, 40)
+        dest = self.exchanges.get(destination)
+        src = self.exchanges.get(source)
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 40)
-        if src.unbind(dest, routing_key, arguments):
+        if dest is not None and src is not None and src.unbind(dest, routing_key, arguments):
             if persist and self._binding_durable(src, dest):
                 self._persist(defs.EXCHANGE_UNBIND, (0, destination, source, routing_key, False,
                                                      arguments or {}))
-            self._maybe_auto_delete_exchange(src)
+            self._maybe_auto_delete_exchange(src, persist)
+            if persist:
+                self._compact_if_needed()
 
     # -- housekeeping -------------------------------------------------------------
 

@@ -5,6 +5,11 @@
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from lavinmq._core.channel cimport ConnState, Channel
 
+cdef enum:
+    # channel ids below this sit in a list; the rare higher ones (valid up to
+    # 65535) in a dict, so one client cannot make us hold a 64k-slot list
+    LOW_CHANNELS = 1024
+
 cdef enum ConnPhase:
     PH_HEADER = 0      # waiting for the protocol header
     PH_HANDSHAKE = 1   # start/tune/open
@@ -20,7 +25,9 @@ cdef class CoreConnection:
         Py_ssize_t rcap
         Py_ssize_t rlen
         public int phase
-        public list channels           # index = channel id, None if not open
+        public list channels           # index = channel id (< LOW_CHANNELS), None if not open
+        public dict channels_hi        # channel id -> Channel, for ids past the list
+        public uint32_t open_count     # channels open, limited by channel_max
         public uint16_t channel_max
         public uint32_t frame_max
         public object transport
@@ -33,3 +40,4 @@ cdef class CoreConnection:
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1
     cdef int handle_method(self, uint16_t ch, const char *p, uint32_t size) except -1
     cdef Channel channel_for_content(self, uint16_t ch)
+    cdef Channel lookup(self, uint16_t ch)

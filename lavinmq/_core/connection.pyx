@@ -61,6 +61,7 @@ cdef class CoreConnection:
             raise MemoryError()
         self.state = ConnState(self)
         self.channels = [None]
+        self.channels_hi = {}
         self.channel_max = 2048
         self.frame_max = 131072
         self.last_recv = self.last_send = monotonic()
@@ -79,7 +80,7 @@ cdef class CoreConnection:
         self.state.wbuf.clear()
 
     def get_buffer(self, Py_ssize_t sizehint):
-        cdef Py_ssize_t need = <Py_ssize_t>self.frame_max + 8
+        cdef Py_ssize_t need = <Py_ssize_t>self.frame_max + 16    # see max_payload in process()
         cdef char *nb
         if self.rcap - self.rlen < 4096 or self.rcap < need:
             # a partial frame larger than what is left: make room for a whole one
@@ -98,7 +99,7 @@ cdef class CoreConnection:
         try:
             self.process()
         except Exception as exc:    # nothing escapes a read callback
-            self.connection_error(exc if isinstance(exc, AMQPError) else InternalError(str(exc)))
+            self.connection_error(exc)
         self.end_of_batch()
         if self.state.blocked and self.state.publishes != publishes:
             self.block_reading()      # a resource alarm: no more publishes from here
@@ -144,6 +145,9 @@ cdef class CoreConnection:
         cdef uint32_t size
         cdef uint32_t max_payload
         self.state.now_ms = now_ms()
+        if self.phase == PH_CLOSED:
+            self.rlen = 0           # after close-ok: read and discard until the client hangs up
+            return 0
         if self.phase == PH_HEADER:
             if self.rlen < 8:
                 if memcmp(self.rbuf, <const char *>PROTOCOL_HEADER, self.rlen) != 0:
@@ -162,9 +166,13 @@ cdef class CoreConnection:
             ftype = <uint8_t>p[0]
             ch = be16(p + 1)
             size = be32(p + 3)
-            max_payload = self.frame_max - 8 if self.frame_max >= 4096 else 4096 - 8
+            # frame_max counts the 8 bytes of frame header and end, but many
+            # clients (amqpstorm, rabbitpy) send payloads of frame_max: accept
+            # 8 bytes of slack, as RabbitMQ does
+            max_payload = self.frame_max if self.frame_max >= 4096 else 4096
             if size > max_payload:
-                raise FrameError(f"frame size {size} exceeds frame_max {self.frame_max}")
+                raise FrameError(f"frame payload of {size} bytes is larger than the negotiated "
+                                 f"frame_max {self.frame_max} allows ({self.frame_max - 8} bytes)")
             if self.rlen - pos < <Py_ssize_t>size + 8:
                 break
             if <uint8_t>p[7 + size] != 0xCE:
@@ -213,13 +221,45 @@ cdef class CoreConnection:
             if self.phase == PH_CLOSING:
                 return None
             raise UnexpectedFrame("content frame before the connection is open")
-        if ch == 0 or ch >= len(self.channels) or self.channels[ch] is None:
+        c = self.lookup(ch) if ch else None
+        if c is None:
             # RabbitMQ answers 505 here, and clients expect it
             raise UnexpectedFrame(f"content frame on channel {ch} that is not open")
-        c = self.channels[ch]
         if (<Channel>c).closing:
             return None
         return <Channel>c
+
+    cdef inline Channel lookup(self, uint16_t ch):
+        if ch < len(self.channels):
+            return <Channel>self.channels[ch]
+        if self.channels_hi:
+            return <Channel>self.channels_hi.get(ch)
+        return None
+
+    def get_channel(self, uint16_t ch):
+        return self.lookup(ch)
+
+    def set_channel(self, uint16_t ch, Channel c):
+        """Open (c) or free (None) channel id ch."""
+        if self.lookup(ch) is not None:
+            self.open_count -= 1
+        if c is not None:
+            self.open_count += 1
+        if ch < LOW_CHANNELS:
+            while len(self.channels) <= ch:
+                self.channels.append(None)
+            self.channels[ch] = c
+        elif c is None:
+            self.channels_hi.pop(ch, None)
+        else:
+            self.channels_hi[ch] = c
+
+    def open_channels(self):
+        """Every open channel, in id order."""
+        out = [c for c in self.channels if c is not None]
+        if self.channels_hi:
+            out.extend(self.channels_hi[k] for k in sorted(self.channels_hi))
+        return out
 
     cdef int handle_method(self, uint16_t ch, const char *p, uint32_t size) except -1:
         cdef uint16_t cid, mid
@@ -235,8 +275,7 @@ cdef class CoreConnection:
                 self.on_method(ch, None, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
             return 0
         if ch != 0 and self.phase == PH_OPEN:
-            if ch < len(self.channels):
-                c = self.channels[ch]
+            c = self.lookup(ch)
             if c is None:
                 if cid == spec.CLASS_CHANNEL and mid == spec.CHANNEL_OPEN:
                     self.on_method(ch, None, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))

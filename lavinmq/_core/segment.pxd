@@ -77,6 +77,7 @@ cdef class MessageStore:
     cdef int allocate(self, Segment s, Py_ssize_t need) except -1
     cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1
     cdef const char *shift(self, SP *out, bint *redelivered) except? NULL
+    cdef const char *peek(self, SP *out) except? NULL
     cdef const char *read(self, SP sp) except NULL
     cdef int delete(self, SP sp) except -1
     cdef int requeue(self, SP sp) except -1

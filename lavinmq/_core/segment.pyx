@@ -277,10 +277,14 @@ cdef inline int sp_cmp(SP a, SP b) noexcept nogil:
 cdef class MessageStore:
     """All messages of one queue. Not thread-safe: the event loop owns it."""
 
-    def __cinit__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None):
-        self.dir = directory
+    def __cinit__(self, *args, **kwargs):
         self.segs = []
         self.dirty = []
+
+    def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None):
+        # loading is in __init__ (not __cinit__) so that a store made of
+        # other stores (prio_store) can subclass this one without it
+        self.dir = directory
         self.segment_size = segment_size
         self.log_name = log_name or directory
         self.error = None
@@ -663,6 +667,35 @@ cdef class MessageStore:
             old.unmap()
         self.maybe_drop_segment(old)
 
+    cdef const char *peek(self, SP *out) except? NULL:
+        """The message shift() would take next, left in place (NULL when
+        the queue is empty). May step the cursor over records deleted
+        before a restart, which shift() skips anyway."""
+        cdef Segment s
+        cdef Py_ssize_t n
+        if self.n_requeued:
+            out[0] = self.requeued[0]
+            return self.read(out[0])
+        while self.ready:
+            s = self.rseg
+            if self.rpos < s.size:
+                if s.base is NULL:
+                    s.map()
+                n = record_len(s.base + self.rpos, s.size - self.rpos)
+                if n <= 0:
+                    raise OSError(f"{s.path}: corrupt record at byte {self.rpos}")
+                out.seg = s.id
+                out.pos = <uint32_t>self.rpos
+                out.size = <uint32_t>n
+                if s.n_deleted and s.is_deleted_at_boot(out.pos):
+                    self.rpos += n
+                    continue
+                return s.base + out.pos
+            if s is self.wseg:
+                return NULL
+            self._advance_reader()
+        return NULL
+
     cdef const char *read(self, SP sp) except NULL:
         cdef Segment s = self.segment(sp.seg)
         if s is None:
@@ -737,6 +770,10 @@ cdef class MessageStore:
             count += 1
         self.flush_acks()
         return count
+
+    def set_syncer(self, syncer):
+        """Durable stores join the group commit (lavinmq.sync)."""
+        self.syncer = syncer
 
     def unmap_idle(self):
         """Unmap every segment but the reader's and the writer's: RSS stays

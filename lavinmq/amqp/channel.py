@@ -9,6 +9,7 @@ from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
     AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed,
 )
+from lavinmq.arguments import validate_consumer
 from lavinmq.exchange import DefaultExchange
 
 log = logging.getLogger("lavinmq.channel")
@@ -95,7 +96,7 @@ class AMQPChannel(CoreChannel):
         if not passive and name:
             self.can_configure(name, "queue", 50, 10)
         q = self.vhost.declare_queue(name, durable, conn if exclusive else None, auto_delete,
-                                     arguments, passive)
+                                     arguments, passive, connection=conn)
         if q.exclusive_owner is conn and q not in conn.exclusive_queues:
             conn.exclusive_queues.append(q)
         conn.last_queue = q.name
@@ -175,9 +176,8 @@ class AMQPChannel(CoreChannel):
             raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
         if any(c.exclusive for c in q.consumers):
             raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
-        priority = (arguments or {}).get("x-priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise PreconditionFailed("x-priority must be an integer", 60, 20)
+        validate_consumer(arguments)
+        priority = (arguments or {}).get("x-priority") or 0
         c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
         self.consumers[tag] = c

@@ -31,6 +31,11 @@ CAPABILITIES = {
 }
 
 CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
+# After our close-ok the client closes the socket. Until it does (or this
+# passes) we keep reading and discarding: closing with unread bytes in the
+# receive buffer sends a reset, which a client that calls Close() from two
+# threads at once sees as an error.
+LINGER_AFTER_CLOSE_OK = 1.0
 
 
 class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
@@ -102,10 +107,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def resume_writing(self):
         self.state.paused = False
-        for ch in self.channels:
-            if ch is not None:
-                for c in ch.consumers.values():
-                    c.queue.notify()
+        for ch in self.open_channels():
+            for c in ch.consumers.values():
+                c.queue.notify()
 
     # -- handshake ------------------------------------------------------------------
 
@@ -142,11 +146,13 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                 self.send_method(0, 10, 51)
                 self.flush()
                 self._cleanup()
-                self._close_transport()
+                self._linger()
             elif key == (10, 51):
                 self._close_transport()
             elif key == (10, 70):
-                self.send_method(0, 10, 71)
+                # update-secret renews a token; a password user has none to renew
+                raise AccessRefusedHard("update-secret not supported for current authentication mechanism",
+                                        10, 70)
             elif key in ((10, 60), (10, 61)):
                 pass
             elif class_id == 10:
@@ -158,12 +164,14 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             # only channel.open reaches here for a channel that is not open
             return self._open_channel(ch)
         if key == (20, 40):
+            crossing = channel.closing     # we sent channel.close too: wait for its close-ok
             channel.cleanup()
             self.send_method(ch, 20, 41)
-            self.channels[ch] = None
+            if not crossing:
+                self.set_channel(ch, None)
             return
         if key == (20, 41):
-            self.channels[ch] = None
+            self.set_channel(ch, None)
             return
         if key == (20, 10):
             raise ChannelErrorHard(f"channel {ch} is already open", 20, 10)
@@ -184,7 +192,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         if key == (10, 50):
             self.send_method(0, 10, 51)
             self.flush()
-            return self._close_transport()
+            return self._linger()
         raise CommandInvalid(f"unexpected method {key[0]}/{key[1]} during handshake", *key)
 
     def _start_ok(self, client_properties, mechanism, response, locale):
@@ -256,17 +264,17 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     # -- channels ---------------------------------------------------------------
 
     def _open_channel(self, ch):
-        if ch > self.channel_max:
-            raise ChannelErrorHard(f"channel id {ch} above channel_max {self.channel_max}", 20, 10)
-        while len(self.channels) <= ch:
-            self.channels.append(None)
-        self.channels[ch] = AMQPChannel(self, ch)
+        # channel_max bounds how many are open at once, not the ids (1-65535)
+        if self.channel_max and self.open_count >= self.channel_max:
+            raise NotAllowed(f"number of channels opened ({self.open_count}) has reached the "
+                             f"negotiated channel_max ({self.channel_max})", 20, 10)
+        self.set_channel(ch, AMQPChannel(self, ch))
         self.send_method(ch, 20, 11, (b"",))
 
     # -- errors -----------------------------------------------------------------
 
     def channel_error(self, ch, exc):
-        channel = self.channels[ch] if ch < len(self.channels) else None
+        channel = self.get_channel(ch)
         if channel is None or channel.closing:
             return
         log.info("channel %d of %s closed: %d %s", ch, self.name, exc.reply_code, exc.reply_text)
@@ -275,8 +283,10 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def connection_error(self, exc):
         if not isinstance(exc, AMQPError):
+            # a bug of ours: the log keeps the original traceback
+            log.error("internal error on %s: %s", self.name, exc, exc_info=exc)
             exc = InternalError(str(exc))
-        if isinstance(exc, InternalError):
+        elif isinstance(exc, InternalError):
             log.error("internal error on %s: %s", self.name, exc, exc_info=exc)
         else:
             log.info("closing %s: %d %s", self.name, exc.reply_code, exc.reply_text)
@@ -308,11 +318,18 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             self.flush()
             self.transport.close()
 
+    def _linger(self):
+        """close-ok sent: discard whatever still comes until the client
+        closes the socket, or LINGER_AFTER_CLOSE_OK passes."""
+        self.flush()
+        self.phase = 4
+        if self.transport is not None:
+            asyncio.get_running_loop().call_later(LINGER_AFTER_CLOSE_OK, self._close_transport)
+
     def _cleanup(self):
-        for i, ch in enumerate(self.channels):
-            if ch is not None:
-                ch.cleanup()
-                self.channels[i] = None
+        for ch in self.open_channels():
+            ch.cleanup()
+            self.set_channel(ch.id, None)
         queues, self.exclusive_queues = self.exclusive_queues, []
         for q in queues:
             if self.vhost is not None and self.vhost.queues.get(q.name) is q:

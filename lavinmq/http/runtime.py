@@ -23,7 +23,7 @@ def _visible_connections(request):
 def totals(server):
     queues = [q for v in server.vhosts.values() for q in v.queues.values()]
     conns = [c for c in server.connections if c.vhost is not None]
-    chans = [ch for c in conns for ch in c.channels if ch is not None]
+    chans = [ch for c in conns for ch in c.open_channels()]
     return queues, conns, chans
 
 
@@ -110,21 +110,21 @@ async def delete_connection(request):
 async def connection_channels(request):
     require(request, MANAGEMENT)
     conn = _connection(request)
-    return listing(request, [shapes.channel(ch) for ch in conn.channels if ch is not None])
+    return listing(request, [shapes.channel(ch) for ch in conn.open_channels()])
 
 
 async def list_channels(request):
     require(request, MANAGEMENT)
     vhost = request.match_info.get("vhost")
     return listing(request, [shapes.channel(ch) for c in _visible_connections(request)
-                             for ch in c.channels if ch is not None and (vhost is None or c.vhost.name == vhost)])
+                             for ch in c.open_channels() if vhost is None or c.vhost.name == vhost])
 
 
 async def list_consumers(request):
     require(request, MANAGEMENT)
     vhost = request.match_info.get("vhost")
     return listing(request, [shapes.consumer(cons) for c in _visible_connections(request)
-                             for ch in c.channels if ch is not None and (vhost is None or c.vhost.name == vhost)
+                             for ch in c.open_channels() if vhost is None or c.vhost.name == vhost
                              for cons in ch.consumers.values()])
 
 

@@ -119,7 +119,7 @@ def default_binding(vhost_, q):
 
 def connection(conn, now=None):
     st = conn.state
-    chans = [c for c in conn.channels if c is not None]
+    chans = conn.open_channels()
     return {"name": conn.name, "node": NODE, "vhost": conn.vhost.name if conn.vhost else None,
             "user": conn.user.name if conn.user else None, "state": "blocked" if st.blocked else "running",
             "channels": len(chans), "channel_max": conn.channel_max, "frame_max": conn.frame_max,

@@ -65,7 +65,7 @@ class Sampler:
         for conn in list(self.server.connections):
             st = conn.state
             current[id(conn)] = {"send_oct": st.send_oct, "recv_oct": st.recv_oct}
-            for ch in conn.channels:
+            for ch in conn.open_channels():
                 if ch is not None:
                     current[id(ch)] = {"publish": ch.publish_count, "deliver": ch.deliver_count,
                                        "ack": ch.ack_count}

@@ -18,10 +18,10 @@ class Queue(CoreQueue):
     def exclusive(self):
         return self.exclusive_owner is not None
 
-    def check_equivalent(self, durable, exclusive, auto_delete, arguments):
+    def check_equivalent(self, durable, auto_delete, arguments):
+        # exclusivity is checked by the vhost (405, not 406), as RabbitMQ does
         check_equivalent("queue", self.name, self.vhost.name,
-                         (("durable", self.durable, durable), ("exclusive", self.exclusive, exclusive),
-                          ("auto_delete", self.auto_delete, auto_delete)),
+                         (("durable", self.durable, durable), ("auto_delete", self.auto_delete, auto_delete)),
                          self.arguments, arguments, 50)
 
     def add_consumer(self, consumer):

@@ -56,17 +56,22 @@ def test_vhost_connection_and_queue_limits(tmp_path):
     b.check_clean()
 
 
-def test_channel_id_above_channel_max_and_bad_names(broker):
+def test_channel_max_counts_open_channels_and_bad_names(broker):
     c = RawClient(broker.host, broker.port, handshake=False)
     c.sock.sendall(b"AMQP\x00\x00\x09\x01")
     c.expect(C.Connection.Start)
     c.send(0, C.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
     c.expect(C.Connection.Tune)
-    c.send(0, C.Connection.TuneOk(10, 131072, 0), C.Connection.Open("/"))
+    c.send(0, C.Connection.TuneOk(3, 131072, 0), C.Connection.Open("/"))
     c.expect(C.Connection.OpenOk)
-    c.send(11, C.Channel.Open())
+    # channel_max counts open channels; any id up to 65535 is valid
+    for ch in (1, 2000, 65535):
+        c.send(ch, C.Channel.Open())
+        c.expect(C.Channel.OpenOk)
+    c.send(7, C.Channel.Open())
     close = c.expect(C.Connection.Close)
-    assert close.reply_code == 504 and "channel_max 10" in close.reply_text
+    assert close.reply_code == 530
+    assert "number of channels opened (3) has reached the negotiated channel_max (3)" in close.reply_text
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     for declare in (lambda ch: ch.queue_declare("line\nbreak"),
                     lambda ch: ch.exchange_declare("ex\rname")):

@@ -76,13 +76,15 @@ def test_truncated_method_is_syntax_error(broker):
     c.close()
 
 
-def test_channel_above_channel_max(broker):
-    if broker.external:
-        pytest.skip("RabbitMQ ignores a channel.open above channel_max; we close with 504")
+def test_channel_ids_up_to_65535(broker):
+    # channel_max limits how many channels are open, not their ids
     c = RawClient(broker.host, broker.port)
-    c.send(5000, commands.Channel.Open())
-    _, close = read_close(c)
-    assert close.reply_code == 504
+    for ch in (5000, 65535):
+        c.send(ch, commands.Channel.Open())
+        assert isinstance(c.read_frame()[1], commands.Channel.OpenOk)
+        c.send(ch, commands.Queue.Declare(queue="", exclusive=True))
+        got_ch, ok = c.read_frame()
+        assert got_ch == ch and isinstance(ok, commands.Queue.DeclareOk)
     c.close()
 
 

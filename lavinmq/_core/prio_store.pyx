@@ -1,0 +1,150 @@
+# cython: language_level=3
+import os
+import shutil
+
+from libc.stdint cimport uint32_t
+from cpython.list cimport PyList_GET_ITEM
+
+from lavinmq._core.segment cimport MessageStore, SP
+from lavinmq._core.props cimport record_priority
+
+cdef enum:
+    LEVEL_SHIFT = 24
+    SEG_MASK = (1 << 24) - 1
+
+
+cdef class PriorityMessageStore(MessageStore):
+    """Higher priority first; within a level, first in first out; requeued
+    messages go back to their own level, ahead of what was behind them."""
+
+    def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
+                 int max_priority=255):
+        self.dir = directory
+        self.segment_size = segment_size
+        self.log_name = log_name or directory
+        self.error = None
+        self.max_priority = max_priority
+        self.stores = []
+        os.makedirs(directory, exist_ok=True)
+        for level in range(max_priority + 1):
+            st = MessageStore(os.path.join(directory, "prio.%03d" % level), segment_size,
+                              f"{self.log_name} (priority {level})")
+            if st.error is not None and self.error is None:
+                self.error = st.error
+            self.stores.append(st)
+            self.ready += (<MessageStore>st).ready
+            self.ready_bytes += (<MessageStore>st).ready_bytes
+        self.closed = self.error is not None
+        self.top = max_priority
+
+    cdef inline MessageStore level_store(self, SP *sp):
+        cdef uint32_t level = sp.seg >> LEVEL_SHIFT
+        sp.seg &= SEG_MASK
+        return <MessageStore>PyList_GET_ITEM(self.stores, level)
+
+    cdef int append(self, const char *rec, Py_ssize_t n, SP *out) except -1:
+        cdef int level = record_priority(rec)
+        cdef int rc
+        if level > self.max_priority:
+            level = self.max_priority
+        rc = (<MessageStore>PyList_GET_ITEM(self.stores, level)).append(rec, n, out)
+        if rc:
+            return rc
+        out.seg |= (<uint32_t>level) << LEVEL_SHIFT
+        self.ready += 1
+        self.ready_bytes += n
+        if level > self.top:
+            self.top = level
+        return 0
+
+    cdef const char *shift(self, SP *out, bint *redelivered) except? NULL:
+        cdef MessageStore st
+        cdef const char *rec
+        while self.top >= 0:
+            st = <MessageStore>PyList_GET_ITEM(self.stores, self.top)
+            if st.ready:
+                rec = st.shift(out, redelivered)
+                if rec is not NULL:
+                    out.seg |= (<uint32_t>self.top) << LEVEL_SHIFT
+                    self.ready -= 1
+                    self.ready_bytes -= out.size
+                    return rec
+            self.top -= 1
+        self.top = 0
+        return NULL
+
+    cdef const char *peek(self, SP *out) except? NULL:
+        cdef MessageStore st
+        cdef const char *rec
+        cdef int level = self.top
+        while level >= 0:
+            st = <MessageStore>PyList_GET_ITEM(self.stores, level)
+            if st.ready:
+                rec = st.peek(out)
+                if rec is not NULL:
+                    out.seg |= (<uint32_t>level) << LEVEL_SHIFT
+                    return rec
+            level -= 1
+        return NULL
+
+    cdef const char *read(self, SP sp) except NULL:
+        return self.level_store(&sp).read(sp)
+
+    cdef int delete(self, SP sp) except -1:
+        return self.level_store(&sp).delete(sp)
+
+    cdef int requeue(self, SP sp) except -1:
+        cdef int level = sp.seg >> LEVEL_SHIFT
+        self.level_store(&sp).requeue(sp)
+        self.ready += 1
+        self.ready_bytes += sp.size
+        if level > self.top:
+            self.top = level
+        return 0
+
+    cdef int flush_acks(self) except -1:
+        for st in self.stores:
+            if (<MessageStore>st).dirty:
+                (<MessageStore>st).flush_acks()
+        return 0
+
+    # -- Python-facing -------------------------------------------------------
+
+    def purge(self):
+        count = 0
+        for st in self.stores:
+            count += st.purge()
+        self.ready = 0
+        self.ready_bytes = 0
+        return count
+
+    def set_syncer(self, syncer):
+        self.syncer = syncer
+        for st in self.stores:
+            st.set_syncer(syncer)
+
+    def unmap_idle(self):
+        for st in self.stores:
+            st.unmap_idle()
+
+    def close(self):
+        if self.closed and self.error is None:
+            return
+        for st in self.stores:
+            st.close()
+        self.closed = True
+
+    def destroy(self):
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def segment_count(self):
+        return sum(st.segment_count for st in self.stores)
+
+    @property
+    def mapped_segments(self):
+        return sum(st.mapped_segments for st in self.stores)
+
+    def segment_ids(self):
+        return [i for st in self.stores for i in st.segment_ids()]
