@@ -50,6 +50,8 @@ class Arg:
             if not isinstance(value, bool):
                 raise ValueError(f"{self.name} header not a boolean")
             return value
+        if self.kind == "any":
+            return value
         if isinstance(value, (bytes, bytearray)):
             try:
                 value = bytes(value).decode()
@@ -109,11 +111,18 @@ CONSUMER_ARGS = _table(
     Arg("x-stream-automatic-offset-tracking", "bool"),
 )
 
-# policy keys that have no x-argument of their own
+# policy keys that have no x-argument of their own; the "any" ones are
+# RabbitMQ's, accepted so that its exports import, with no effect here
 EXTRA_POLICY_KEYS = _table(
     Arg("federation-upstream", "str"),
     Arg("federation-upstream-set", "str"),
     Arg("queue-mode", "str", choices=("default", "lazy")),
+    Arg("max-in-memory-length", "int", 0, INT64_MAX),
+    Arg("max-in-memory-bytes", "int", 0, INT64_MAX),
+    Arg("queue-version", "int", 1, 2),
+    *(Arg(k, "any") for k in ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size",
+                              "ha-promote-on-shutdown", "ha-promote-on-failure", "queue-master-locator",
+                              "queue-leader-locator", "initial-cluster-size", "stream-max-segment-size-bytes")),
 )
 
 

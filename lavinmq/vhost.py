@@ -9,11 +9,13 @@ import base64
 
 from lavinmq import definitions as defs
 from lavinmq._core.routing import RoutingVersion
+from lavinmq._core.prio_store import PriorityMessageStore
 from lavinmq._core.segment import MessageStore
 from lavinmq.args import check_equivalent
 from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
+from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
 
 log = logging.getLogger("lavinmq.vhost")
@@ -50,9 +52,13 @@ class VHost:
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"), syncer)
+        self.policies = PolicyStore(self)
         self._predeclare()
         self._load()
         self.definitions.open()
+        for q in self.queues.values():
+            q.note_message_ttls()       # stored messages may carry their own expiration
+        self.apply_policies()
 
     # -- boot ------------------------------------------------------------------
 
@@ -202,6 +208,7 @@ class VHost:
                                                   internal, False, arguments or {}))
         self.exchanges[name] = ex
         self.routing_version.bump()
+        self._apply_exchange_policy(ex)
         return ex
 
     def delete_exchange(self, name, if_unused=False, persist=True):
@@ -248,6 +255,7 @@ class VHost:
             if q is None:
                 raise NotFound(f"no queue '{name}' in vhost '{self.name}'", 50, 10)
             self.check_exclusive(q, connection, 50, 10)
+            q.touch()
             return q
         if name == "":
             name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
@@ -263,6 +271,7 @@ class VHost:
                     f"It could be originally declared on another connection or the exclusive property "
                     f"value does not match that of the original declaration.", 50, 10)
             q.check_equivalent(durable, auto_delete, arguments)
+            q.touch()
             return q
         check_name("queue", name, 50, 10)
         if persist:     # replay takes back what an older version accepted
@@ -277,13 +286,42 @@ class VHost:
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
                                                arguments or {}))
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
-        store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
+        log_name = f"'{name}' in vhost '{self.name}'"
+        max_priority = (arguments or {}).get("x-max-priority")
+        if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
+            store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority)
+        else:
+            store = MessageStore(store_dir, self.segment_size, log_name)
         if not transient:
             store.set_syncer(self.syncer)
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()
+        self._apply_policy(q, "queue")
         return q
+
+    # -- policies -------------------------------------------------------------------
+
+    def _apply_policy(self, obj, kind):
+        obj.apply_effective(*self.policies.effective(obj.name, kind, obj.arguments))
+
+    def apply_policies(self):
+        """Policies changed: every queue and exchange gets what applies now."""
+        for q in list(self.queues.values()):
+            try:
+                self._apply_policy(q, "queue")
+            except Exception:
+                log.exception("vhost %s: applying policies to queue %s failed", self.name, q.name)
+        for ex in self.exchanges.values():
+            self._apply_exchange_policy(ex)
+
+    def _apply_exchange_policy(self, ex):
+        policy, _, definition, settings = self.policies.effective(ex.name, "exchange", ex.arguments)
+        ex.policy = policy.name if policy else None
+        ex.effective_policy_definition = definition
+        apply = getattr(ex, "apply_settings", None)     # e.g. the alternate exchange
+        if apply is not None:
+            apply(settings)
 
     def set_limits(self, limits):
         clean = {}
@@ -323,6 +361,7 @@ class VHost:
             self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
         q.closed = True
+        q.stop()
         for ex in list(self.exchanges.values()):
             if any(b.destination is q for b in ex.bindings.values()):
                 ex.remove_destination(q)
@@ -396,6 +435,7 @@ class VHost:
 
     def close(self):
         for q in self.queues.values():
+            q.stop()
             q.store.close()
         self.definitions.close()
         shutil.rmtree(self.transient_dir, ignore_errors=True)

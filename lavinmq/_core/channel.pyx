@@ -8,9 +8,9 @@ from lavinmq._core.buffer cimport (
     WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be64, put_le64,
 )
 from lavinmq._core.codec cimport props_convert
-from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue
+from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
 from lavinmq._core.routing cimport Exchange
-from lavinmq._core.segment cimport SP, record_parts, APPEND_NO_SPACE
+from lavinmq._core.segment cimport SP, record_parts
 from lavinmq._core cimport spec
 
 from lavinmq._core import queue as _queue_mod
@@ -269,7 +269,7 @@ cdef class Channel:
             if not self.in_confirm_dirty:
                 self.in_confirm_dirty = True
                 self.state.confirm_dirty.append(self)
-        elif rc:
+        elif rc & PUBLISH_NO_SPACE:
             raise ResourceError("disk full: the message could not be stored", 60, 40)
         return 0
 
@@ -287,11 +287,12 @@ cdef class Channel:
         cdef Py_ssize_t rklen = <uint8_t>rec[9 + exlen]
         cdef Py_ssize_t props_off = 10 + exlen + rklen
         cdef tuple queues
-        cdef bint refused = False
+        cdef int refused = 0
         if props_len < 0:       # a record held by a transaction
             props_len = props_convert(rec + props_off, n - props_off, NULL, True)
         queues = ex.route(rk, rklen, rec + props_off, props_len)
         cdef Queue q
+        cdef int rc
         cdef bint any_consumer = False
         if not queues:
             if mandatory:
@@ -309,11 +310,12 @@ cdef class Channel:
         for x in queues:
             q = <Queue>x
             if not q.closed:
-                if q.publish(rec, n):
-                    refused = True
+                rc = q.publish(rec, n)
+                if rc:
+                    refused |= rc
                 elif q.consumers and q.store.ready > FLOW_BACKLOG:
                     self.state.throttle = True
-        return APPEND_NO_SPACE if refused else 0
+        return refused
 
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1:
         cdef WriteBuffer wb = self.state.wbuf
@@ -502,7 +504,7 @@ cdef class Channel:
                 self.on_ack(tag, multiple, action)
         finally:
             self.tx = True
-        if refused:
+        if refused & PUBLISH_NO_SPACE:
             raise ResourceError("disk full: messages of the transaction could not be stored", 90, 20)
         if self.confirm:
             self.send_confirms()

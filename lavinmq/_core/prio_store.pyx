@@ -2,11 +2,11 @@
 import os
 import shutil
 
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 from cpython.list cimport PyList_GET_ITEM
 
 from lavinmq._core.segment cimport MessageStore, SP
-from lavinmq._core.props cimport record_priority
+from lavinmq._core.props cimport record_priority, record_body_len
 
 cdef enum:
     LEVEL_SHIFT = 24
@@ -53,6 +53,8 @@ cdef class PriorityMessageStore(MessageStore):
         out.seg |= (<uint32_t>level) << LEVEL_SHIFT
         self.ready += 1
         self.ready_bytes += n
+        if self.track_body:
+            self.ready_body += record_body_len(rec)
         if level > self.top:
             self.top = level
         return 0
@@ -68,6 +70,8 @@ cdef class PriorityMessageStore(MessageStore):
                     out.seg |= (<uint32_t>self.top) << LEVEL_SHIFT
                     self.ready -= 1
                     self.ready_bytes -= out.size
+                    if self.track_body:
+                        self.ready_body -= record_body_len(rec)
                     return rec
             self.top -= 1
         self.top = 0
@@ -95,9 +99,12 @@ cdef class PriorityMessageStore(MessageStore):
 
     cdef int requeue(self, SP sp) except -1:
         cdef int level = sp.seg >> LEVEL_SHIFT
-        self.level_store(&sp).requeue(sp)
+        cdef MessageStore st = self.level_store(&sp)
+        st.requeue(sp)
         self.ready += 1
         self.ready_bytes += sp.size
+        if self.track_body:
+            self.ready_body += record_body_len(st.read(sp))
         if level > self.top:
             self.top = level
         return 0
@@ -116,7 +123,21 @@ cdef class PriorityMessageStore(MessageStore):
             count += st.purge()
         self.ready = 0
         self.ready_bytes = 0
+        self.ready_body = 0
         return count
+
+    def count_body_bytes(self):
+        cdef MessageStore st
+        cdef uint64_t total = 0
+        if self.track_body:
+            return
+        for x in self.stores:
+            st = <MessageStore>x
+            st.count_body_bytes()
+            total += st.ready_body
+            st.track_body = False       # the parent keeps the sum from here
+        self.ready_body = total
+        self.track_body = True
 
     def set_syncer(self, syncer):
         self.syncer = syncer

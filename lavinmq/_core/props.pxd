@@ -1,8 +1,8 @@
 # Reading single properties of a stored record in place (disk form: flags
 # u16 LE, then the present fields; tables as a LE length and the wire body).
 # Records were validated when written, so these walks need no bounds checks.
-from libc.stdint cimport uint8_t, uint16_t, int64_t
-from lavinmq._core.buffer cimport le16, le32
+from libc.stdint cimport uint8_t, uint16_t, int64_t, uint64_t
+from lavinmq._core.buffer cimport le16, le32, le64
 
 cdef enum:
     # property index (bit 15 - index of the flags word), as in the spec
@@ -86,3 +86,14 @@ cdef inline int64_t record_expiration(const char *rec) noexcept nogil:
     if off < 0:
         return -1
     return parse_expiration(props + off + 1, <uint8_t>props[off])
+
+
+cdef inline uint64_t record_body_len(const char *rec) noexcept nogil:
+    cdef const char *props = rec + record_props_offset(rec)
+    cdef uint16_t flags = le16(props)
+    cdef Py_ssize_t pos = 2
+    cdef int i
+    for i in range(PROP_COUNT):
+        if flags & (1 << (15 - i)):
+            pos += prop_field_size(props + pos, i)
+    return le64(props + pos)

@@ -1,8 +1,21 @@
-# The hot half of a queue: its message store, its consumers, and the
-# delivery loop that moves ready messages to consumers in batches. Control
-# (declare, policies, auto-delete) lives in the Python subclass.
-from libc.stdint cimport uint32_t, uint64_t
+# The hot half of a queue: its message store, its consumers, the delivery
+# loop that moves ready messages to consumers in batches, and the queue
+# semantics that act per message (TTL, length limits, dead-lettering).
+# Control (declare, policies, auto-delete, expiry of the queue) lives in the
+# Python subclass.
+from libc.stdint cimport uint32_t, uint64_t, int64_t
 from lavinmq._core.segment cimport MessageStore, SP
+from lavinmq._core.routing cimport Exchange, RoutingVersion
+
+cdef enum:
+    OVERFLOW_DROP_HEAD = 0
+    OVERFLOW_REJECT_PUBLISH = 1
+    OVERFLOW_REJECT_PUBLISH_DLX = 2
+    # Queue.publish's answers besides 0 (flags: route_record ORs them)
+    PUBLISH_NO_SPACE = 1        # segment.APPEND_NO_SPACE: the disk is full
+    PUBLISH_REJECTED = 2        # x-overflow reject-publish(-dlx) at the limit
+    # expiry checks run at most this often per queue (ms)
+    EXPIRY_MIN_INTERVAL = 10
 
 
 cdef class ConsumerBase:
@@ -36,14 +49,43 @@ cdef class Queue:
         public uint64_t get_count
         public uint64_t ack_count
         public uint64_t redeliver_count
+        public uint64_t expired_count
+        public uint64_t dead_lettered_count
+        public uint64_t rejected_publish_count
+        public uint64_t dropped_count
+        # queue semantics: `ext` is set when any is on, so that a queue that
+        # uses none pays one test per message
+        readonly bint ext
+        readonly int64_t ttl                # ms, -1: none
+        public bint msg_ttl                 # a message with its own expiration was stored
+        readonly int64_t max_length         # -1: none
+        readonly int64_t max_length_bytes   # -1: none
+        readonly int overflow
+        readonly bytes name_bytes
+        readonly bytes dlx                  # None: no dead-lettering
+        readonly bytes dlrk                 # None: the message's own routing key
+        Exchange dlx_ex
+        uint64_t dlx_ver
+        public RoutingVersion routing_version
+        public uint64_t expiry_at           # ms of the armed head check, 0: none
+        public object expiry_timer
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
+    cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1
     cdef ConsumerBase next_consumer(self)
     cdef int deliver_pending(self) except -1
     cdef const char *get(self, SP *sp, bint *redelivered) except? NULL
     cdef int ack(self, SP sp) except -1
     cdef int reject(self, SP sp, bint requeue) except -1
     cdef int schedule(self) except -1
+    cdef int64_t expires_at(self, const char *rec)
+    cdef bint is_expired(self, const char *rec, uint64_t now, bint zero_expires)
+    cdef int drop(self, const char *rec, SP sp, int reason) except -1
+    cdef int dead_letter(self, const char *rec, int reason) except -1
+    cdef int over_limit(self)
+    cdef int expire_head(self, uint64_t now, bint zero_expires) except -1
+    cdef int arm_expiry(self, uint64_t now) except -1
+    cdef void update_ext(self)
 
 
 cdef int schedule_queue(Queue q) except -1

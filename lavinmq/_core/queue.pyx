@@ -2,6 +2,18 @@
 import asyncio
 import logging
 
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+from lavinmq._core.buffer cimport WriteBuffer, le64
+from lavinmq._core.clock cimport now_ms
+from lavinmq._core.deadletter cimport (
+    build_dead_letter, is_cycle, DL_REJECTED, DL_EXPIRED, DL_MAXLEN, DL_DELIVERY_LIMIT,
+)
+from lavinmq._core.props cimport (
+    record_expiration, record_props_offset, record_body_len, has_prop, P_EXPIRATION,
+)
+from lavinmq._core.routing cimport Exchange
 from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
 
 log = logging.getLogger("lavinmq.queue")
@@ -16,6 +28,17 @@ cdef list _after_hooks = []     # run after each delivery pass (flush sockets)
 # messages one queue may deliver in one pass before yielding to the loop
 cdef enum:
     DELIVERY_BUDGET = 8192
+    # dead-lettering into a queue that dead-letters again (drop-head into a
+    # full queue, ...) nests; cycles are cut by the x-death rule, this is
+    # the backstop
+    MAX_DL_DEPTH = 16
+
+# one scratch buffer per nesting level of dead-lettering: no object per message
+cdef list _dl_bufs = [WriteBuffer() for _ in range(MAX_DL_DEPTH)]
+cdef int _dl_depth = 0
+
+REASON_NAMES = {DL_REJECTED: "rejected", DL_EXPIRED: "expired", DL_MAXLEN: "maxlen",
+                DL_DELIVERY_LIMIT: "delivery_limit"}
 
 
 def add_after_delivery_hook(fn):
@@ -67,23 +90,269 @@ cdef class Queue:
 
     def __init__(self, str name, vhost, MessageStore store):
         self.name = name
+        self.name_bytes = name.encode("utf-8", "surrogateescape")
         self.vhost = vhost
         self.store = store
         self.consumers = []
         self.closed = store.closed      # its data could not be loaded
+        self.ttl = -1
+        self.max_length = -1
+        self.max_length_bytes = -1
 
     cdef int schedule(self) except -1:
         return schedule_queue(self)
 
+    # -- publish -----------------------------------------------------------------
+
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1:
-        """-> 0, or APPEND_NO_SPACE when the store's disk is full."""
+        """-> 0, or PUBLISH_NO_SPACE / PUBLISH_REJECTED (nothing stored)."""
         cdef SP sp
+        if self.ext:
+            return self.publish_ext(rec, n)
+        if has_prop(rec + record_props_offset(rec), P_EXPIRATION):
+            # any queue honours a message's own TTL: from here on this one checks
+            self.msg_ttl = True
+            self.update_ext()
+            return self.publish_ext(rec, n)
         if self.store.append(rec, n, &sp):
-            return APPEND_NO_SPACE
+            return PUBLISH_NO_SPACE
         self.publish_count += 1
         if self.consumers:
             schedule_queue(self)
         return 0
+
+    cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1:
+        cdef SP sp
+        cdef MessageStore st = self.store
+        cdef bint own_ttl
+        if self.overflow != OVERFLOW_DROP_HEAD and (self.max_length >= 0 or self.max_length_bytes >= 0):
+            if ((self.max_length >= 0 and <int64_t>st.ready >= self.max_length)
+                    or (self.max_length_bytes >= 0
+                        and <int64_t>(st.ready_body + record_body_len(rec)) > self.max_length_bytes)):
+                self.rejected_publish_count += 1
+                if self.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
+                    self.dead_letter(rec, DL_MAXLEN)
+                return PUBLISH_REJECTED
+        if st.append(rec, n, &sp):
+            return PUBLISH_NO_SPACE
+        self.publish_count += 1
+        own_ttl = has_prop(rec + record_props_offset(rec), P_EXPIRATION)
+        if own_ttl:
+            self.msg_ttl = True
+        if self.overflow == OVERFLOW_DROP_HEAD:
+            while self.over_limit():
+                self.drop_head(DL_MAXLEN)
+        if self.ttl >= 0 or own_ttl:
+            if self.ttl == 0 or (own_ttl and record_expiration(rec) == 0):
+                # deliver now or drop: the delivery pass decides
+                schedule_queue(self)
+            elif self.expiry_at == 0:
+                self.arm_expiry(now_ms())
+        if self.consumers:
+            schedule_queue(self)
+        return 0
+
+    cdef int over_limit(self):
+        cdef MessageStore st = self.store
+        return ((self.max_length >= 0 and <int64_t>st.ready > self.max_length)
+                or (self.max_length_bytes >= 0 and <int64_t>st.ready_body > self.max_length_bytes))
+
+    def drop_head(self, int reason):
+        cdef SP sp
+        cdef bint redelivered
+        cdef const char *rec = self.store.shift(&sp, &redelivered)
+        if rec is not NULL:
+            self.drop(rec, sp, reason)
+
+    # -- expiry ---------------------------------------------------------------------
+
+    cdef int64_t expires_at(self, const char *rec):
+        """When the message expires (ms), -1 never."""
+        cdef int64_t ttl = self.ttl
+        cdef int64_t own
+        if self.msg_ttl:
+            own = record_expiration(rec)
+            if own >= 0 and (ttl < 0 or own < ttl):
+                ttl = own
+        if ttl < 0:
+            return -1
+        return <int64_t>le64(rec) + ttl
+
+    cdef bint is_expired(self, const char *rec, uint64_t now, bint zero_expires):
+        """zero_expires: whether a TTL of 0 counts as expired here (it does
+        unless a consumer is taking the message right now)."""
+        cdef int64_t at = self.expires_at(rec)
+        if at < 0:
+            return False
+        if at == <int64_t>le64(rec):
+            return zero_expires
+        return <int64_t>now >= at
+
+    cdef int expire_head(self, uint64_t now, bint zero_expires) except -1:
+        """Drop (dead-letter) expired messages at the head, as RabbitMQ
+        does: a message behind an unexpired one waits for its turn."""
+        cdef SP sp, sp2
+        cdef bint redelivered
+        cdef const char *rec
+        cdef int dropped = 0
+        while True:
+            rec = self.store.peek(&sp)
+            if rec is NULL or not self.is_expired(rec, now, zero_expires):
+                break
+            rec = self.store.shift(&sp2, &redelivered)
+            self.drop(rec, sp2, DL_EXPIRED)
+            dropped += 1
+        if dropped:
+            self.store.flush_acks()
+        return dropped
+
+    cdef int arm_expiry(self, uint64_t now) except -1:
+        """Arm the timer for the head's expiry (not per message: once per
+        head, and at most every EXPIRY_MIN_INTERVAL ms)."""
+        cdef SP sp
+        cdef const char *rec = self.store.peek(&sp)
+        cdef int64_t at
+        if rec is NULL:
+            return 0
+        at = self.expires_at(rec)
+        if at < 0:
+            return 0
+        if at < <int64_t>(now + EXPIRY_MIN_INTERVAL):
+            at = now + EXPIRY_MIN_INTERVAL
+        if self.expiry_at and self.expiry_at <= <uint64_t>at:
+            return 0
+        self.expiry_at = at
+        self.set_expiry_timer((at - <int64_t>now) / 1000.0)
+        return 0
+
+    def set_expiry_timer(self, double delay):
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:        # no loop (tools, unit tests): no time passes either
+            self.expiry_at = 0
+            return
+        self.expiry_timer = loop.call_later(delay, self.on_expiry_timer)
+
+    def on_expiry_timer(self):
+        cdef uint64_t now = now_ms()
+        self.expiry_timer = None
+        self.expiry_at = 0
+        if self.closed:
+            return
+        try:
+            self.expire_head(now, self.next_consumer() is None)
+            self.arm_expiry(now)
+        except Exception:
+            log.exception("expiring messages failed on queue %s", self.name)
+
+    # -- dropping and dead-lettering ---------------------------------------------
+
+    cdef int drop(self, const char *rec, SP sp, int reason) except -1:
+        """The message leaves the queue without being delivered."""
+        if reason == DL_EXPIRED:
+            self.expired_count += 1
+        self.dropped_count += 1
+        if self.dlx is not None:
+            self.dead_letter(rec, reason)
+        self.store.delete(sp)
+        return 0
+
+    cdef int dead_letter(self, const char *rec, int reason) except -1:
+        """Publish a copy with x-death to the dead-letter exchange."""
+        global _dl_depth
+        cdef WriteBuffer wb
+        cdef Exchange ex
+        cdef Queue q
+        cdef Py_ssize_t n, exlen
+        cdef const char *r
+        cdef tuple queues
+        if self.dlx is None or _dl_depth >= MAX_DL_DEPTH:
+            return 0
+        if self.dlx_ex is None or self.dlx_ex.deleted or self.dlx_ver != self.routing_version.value:
+            self.dlx_ex = self.lookup_dead_letter_exchange()
+            self.dlx_ver = self.routing_version.value
+        ex = self.dlx_ex
+        if ex is None:
+            return 0        # as RabbitMQ: a missing dead-letter exchange drops the message
+        wb = <WriteBuffer>_dl_bufs[_dl_depth]
+        n = build_dead_letter(wb, rec, reason, self.name_bytes, self.dlx, self.dlrk, now_ms())
+        r = wb.buf
+        exlen = <unsigned char>r[8]
+        queues = ex.route(r + 10 + exlen, <unsigned char>r[9 + exlen], r + record_props_offset(r),
+                          n - record_props_offset(r))
+        self.dead_lettered_count += 1
+        _dl_depth += 1
+        try:
+            for x in queues:
+                q = <Queue>x
+                if q.closed or is_cycle(r, q.name_bytes):
+                    continue
+                q.publish(r, n)
+        finally:
+            _dl_depth -= 1
+        return 0
+
+    def lookup_dead_letter_exchange(self):
+        """-> the Exchange named by dlx, or None (vhost lookup, only when the
+        vhost's routing changed)."""
+        return None
+
+    # -- settings (from arguments and policies; per queue, not per message) --------
+
+    def apply_settings(self, ttl=None, max_length=None, max_length_bytes=None, overflow="drop-head",
+                       dlx=None, dlrk=None):
+        """Set the queue semantics; None turns one off. Applied at once to
+        what the queue holds (a lower limit drops the head, a TTL expires)."""
+        self.ttl = -1 if ttl is None else ttl
+        self.max_length = -1 if max_length is None else max_length
+        self.max_length_bytes = -1 if max_length_bytes is None else max_length_bytes
+        self.overflow = {"reject-publish": OVERFLOW_REJECT_PUBLISH,
+                         "reject-publish-dlx": OVERFLOW_REJECT_PUBLISH_DLX}.get(overflow, OVERFLOW_DROP_HEAD)
+        self.dlx = None if dlx is None else dlx.encode("utf-8", "surrogateescape")
+        self.dlrk = None if dlrk is None else dlrk.encode("utf-8", "surrogateescape")
+        self.dlx_ex = None
+        if self.max_length_bytes >= 0:
+            self.store.count_body_bytes()
+        self.update_ext()
+        if self.closed:
+            return
+        if self.overflow == OVERFLOW_DROP_HEAD:
+            while self.over_limit():
+                self.drop_head(DL_MAXLEN)
+            self.store.flush_acks()
+        self.check_expiry()
+
+    def check_expiry(self):
+        """Expire the head now and arm the timer (after settings change, or
+        at start when messages with their own TTL may be stored)."""
+        cdef uint64_t now
+        if self.closed:
+            return
+        now = now_ms()
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
+        self.expiry_at = 0
+        if self.ttl >= 0 or self.msg_ttl:
+            self.expire_head(now, not self.consumers)
+            self.arm_expiry(now)
+
+    def note_message_ttls(self):
+        """Messages with their own expiration may be in the store (after a
+        restart we don't know): check them at the head."""
+        if self.store.ready:
+            self.msg_ttl = True
+            self.ext = True
+
+    def stop_timers(self):
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
+        self.expiry_at = 0
+
+    # -- delivery ---------------------------------------------------------------------
 
     cdef ConsumerBase next_consumer(self):
         """Round robin among the consumers with capacity, preferring higher
@@ -106,18 +375,23 @@ cdef class Queue:
         return best
 
     cdef int deliver_pending(self) except -1:
-        cdef ConsumerBase c
+        cdef ConsumerBase c = None
         cdef SP sp
         cdef bint redelivered
         cdef const char *rec
         cdef int budget = DELIVERY_BUDGET
+        cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
+        cdef uint64_t now = now_ms() if expiring else 0
         while self.store.ready and budget > 0:
             c = self.next_consumer()
             if c is None:
-                return 0
+                break
             rec = self.store.shift(&sp, &redelivered)
             if rec is NULL:
-                return 0
+                break
+            if expiring and self.is_expired(rec, now, False):
+                self.drop(rec, sp, DL_EXPIRED)
+                continue
             budget -= 1
             self.deliver_count += 1
             if redelivered:
@@ -131,10 +405,28 @@ cdef class Queue:
                 c.deliver(rec, sp, redelivered)
         if budget == 0 and self.store.ready:
             schedule_queue(self)
+        elif expiring and self.store.ready:
+            # no consumer can take more: what had TTL 0 expires now
+            self.expire_head(now, True)
+        elif self.msg_ttl and not self.store.ready and not self.unacked_count:
+            # nothing left that could carry its own expiration
+            self.msg_ttl = False
+            self.update_ext()
         return 0
 
+    cdef void update_ext(self):
+        self.ext = (self.ttl >= 0 or self.msg_ttl or self.max_length >= 0 or self.max_length_bytes >= 0
+                    or self.dlx is not None)
+
     cdef const char *get(self, SP *sp, bint *redelivered) except? NULL:
-        cdef const char *rec = self.store.shift(sp, redelivered)
+        cdef const char *rec
+        cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
+        cdef uint64_t now = now_ms() if expiring else 0
+        while True:
+            rec = self.store.shift(sp, redelivered)
+            if rec is NULL or not expiring or not self.is_expired(rec, now, True):
+                break
+            self.drop(rec, sp[0], DL_EXPIRED)
         if rec is not NULL:
             self.get_count += 1
             if redelivered[0]:
@@ -159,13 +451,11 @@ cdef class Queue:
         if requeue:
             self.store.requeue(sp)
         else:
+            if self.dlx is not None:
+                self.dead_letter(self.store.read(sp), DL_REJECTED)
             self.store.delete(sp)
-            self.on_dropped()
         schedule_queue(self)
         return 0
-
-    def on_dropped(self):
-        """A message was rejected without requeue (dead-lettering hooks in here)."""
 
     # -- Python-facing -------------------------------------------------------
 
@@ -190,7 +480,8 @@ cdef class Queue:
     # -- the management API's publish and get (per request, not per message) --
 
     def publish_record(self, bytes rec):
-        """-> False when the message could not be stored (disk full)."""
+        """-> False when the message was not stored (disk full, or refused
+        by x-overflow)."""
         if not self.closed:
             return self.publish(rec, len(rec)) == 0
         return False
@@ -203,12 +494,11 @@ cdef class Queue:
         cdef const char *rec
         out, taken = [], []
         while len(out) < count and not self.closed:
-            rec = self.store.shift(&sp, &redelivered)
+            rec = self.get(&sp, &redelivered)
             if rec is NULL:
                 break
             out.append((rec[:sp.size], redelivered))
             taken.append((sp.seg, sp.pos, sp.size))
-            self.get_count += 1
         for seg, pos, size in reversed(taken):
             sp.seg, sp.pos, sp.size = seg, pos, size
             if requeue:
@@ -216,7 +506,7 @@ cdef class Queue:
             else:
                 self.ack_count += 1
                 self.store.delete(sp)
-        if requeue and taken:
+        if taken:
             schedule_queue(self)
         return out
 
@@ -233,6 +523,10 @@ cdef class Queue:
         return self.store.ready
 
     @property
+    def message_bytes_ready(self):
+        return self.store.ready_body if self.store.track_body else self.store.ready_bytes
+
+    @property
     def consumer_count(self):
         return len(self.consumers)
 
@@ -240,3 +534,4 @@ cdef class Queue:
         if self.closed:
             return 0
         return self.store.purge()
+

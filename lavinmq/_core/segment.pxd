@@ -60,6 +60,10 @@ cdef class MessageStore:
         Py_ssize_t cap_requeued
         readonly uint64_t ready
         readonly uint64_t ready_bytes
+        # body bytes of the ready messages (RabbitMQ's max-length-bytes
+        # counts bodies): kept only when a queue asks, it costs a walk
+        public bint track_body
+        readonly uint64_t ready_body
         Py_ssize_t segment_size
         list dirty              # segments with pending ack positions
         readonly bint closed

@@ -13,6 +13,7 @@ from cpython.exc cimport PyErr_SetFromErrno
 
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
+from lavinmq._core.props cimport record_body_len
 
 log = logging.getLogger("lavinmq.store")
 
@@ -612,6 +613,8 @@ cdef class MessageStore:
         self.disk_full_logged = False
         self.ready += 1
         self.ready_bytes += n
+        if self.track_body:
+            self.ready_body += record_body_len(rec)
         return 0
 
     cdef const char *shift(self, SP *out, bint *redelivered) except? NULL:
@@ -620,6 +623,7 @@ cdef class MessageStore:
         cursor's. Returns NULL when the queue is empty."""
         cdef Segment s
         cdef Py_ssize_t n
+        cdef const char *rec
         if self.n_requeued:
             out[0] = self.requeued[0]
             self.n_requeued -= 1
@@ -627,7 +631,10 @@ cdef class MessageStore:
             redelivered[0] = True
             self.ready -= 1
             self.ready_bytes -= out.size
-            return self.read(out[0])
+            rec = self.read(out[0])
+            if self.track_body:
+                self.ready_body -= record_body_len(rec)
+            return rec
         redelivered[0] = False
         while self.ready:
             s = self.rseg
@@ -645,6 +652,8 @@ cdef class MessageStore:
                     continue
                 self.ready -= 1
                 self.ready_bytes -= n
+                if self.track_body:
+                    self.ready_body -= record_body_len(s.base + out.pos)
                 return s.base + out.pos
             if s is self.wseg:
                 return NULL
@@ -736,6 +745,8 @@ cdef class MessageStore:
         self.n_requeued += 1
         self.ready += 1
         self.ready_bytes += sp.size
+        if self.track_body:
+            self.ready_body += record_body_len(self.read(sp))
         return 0
 
     cdef int flush_acks(self) except -1:
@@ -770,6 +781,39 @@ cdef class MessageStore:
             count += 1
         self.flush_acks()
         return count
+
+    def count_body_bytes(self):
+        """Start keeping ready_body: one walk over the ready messages (the
+        requeued ones, then everything from the read cursor on), in place."""
+        cdef Segment s
+        cdef Py_ssize_t i, pos, n
+        cdef uint64_t total = 0
+        cdef uint32_t seg_id
+        if self.track_body or self.closed:
+            return
+        for i in range(self.n_requeued):
+            total += record_body_len(self.read(self.requeued[i]))
+        if self.rseg is not None:
+            seg_id = self.rseg.id
+            pos = self.rpos
+            while seg_id <= self.wseg.id:
+                s = self.segment(seg_id)
+                if s is not None:
+                    if s.base is NULL:
+                        s.map()
+                    while pos < s.size:
+                        n = record_len(s.base + pos, s.size - pos)
+                        if n <= 0:
+                            break
+                        if not (s.n_deleted and s.is_deleted_at_boot(<uint32_t>pos)):
+                            total += record_body_len(s.base + pos)
+                        pos += n
+                    if s is not self.rseg and s is not self.wseg:
+                        s.unmap()
+                seg_id += 1
+                pos = SEGMENT_HEADER
+        self.ready_body = total
+        self.track_body = True
 
     def set_syncer(self, syncer):
         """Durable stores join the group commit (lavinmq.sync)."""

@@ -214,6 +214,7 @@ class AMQPChannel(CoreChannel):
         self.can_read(queue, "queue", 60, 70)
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
         self._check_open(q, 60, 70)
+        q.touch()
         CoreChannel.basic_get(self, q, no_ack)
 
     def _check_open(self, q, class_id, method_id):

@@ -184,7 +184,7 @@ def vhost_of(request):
 
 
 def build_app(server, open_access=False):
-    from lavinmq.http import messages, objects, runtime, metrics
+    from lavinmq.http import messages, objects, policies, runtime, metrics
     app = web.Application(middlewares=[errors_and_auth], client_max_size=64 * 1024 * 1024)
     app["server"] = server
     app["open"] = open_access
@@ -193,6 +193,7 @@ def build_app(server, open_access=False):
         return app
     runtime.add_routes(app)
     objects.add_routes(app)
+    policies.add_routes(app)
     messages.add_routes(app)
     app.router.add_get("/metrics", metrics.metrics)
     return app

@@ -16,7 +16,7 @@ def _items(body, key):
 
 
 def import_definitions(server, body, only=None):
-    from lavinmq.http.objects import policies_of, save_policies, validate_policy
+    from lavinmq.policy import check_policy
     users, vhosts, perms = (_items(body, k) for k in ("users", "vhosts", "permissions"))
     policies, exchanges, queues, bindings = (_items(body, k) for k in ("policies", "exchanges", "queues",
                                                                         "bindings"))
@@ -26,7 +26,10 @@ def import_definitions(server, body, only=None):
     for x in exchanges + queues + policies:
         if not isinstance(x.get("name"), str):
             raise HTTPError(400, "every exchange, queue and policy needs a name")
-    checked = [validate_policy(p) for p in policies]
+    try:
+        checked = [check_policy(p) for p in policies]
+    except ValueError as exc:
+        raise HTTPError(400, f"bad policy: {exc}")
 
     def vhost_for(item):
         name = only if only is not None else item.get("vhost", "/")
@@ -55,9 +58,7 @@ def import_definitions(server, body, only=None):
             server.users.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
                                          p.get("read", ""))
         for p, clean in zip(policies, checked):
-            v = vhost_for(p)
-            policies_of(v)[p["name"]] = clean
-            save_policies(v)
+            vhost_for(p).policies.set(p["name"], clean)
         for x in exchanges:
             vhost_for(x).declare_exchange(x["name"], x.get("type", "direct"), bool(x.get("durable", True)),
                                           bool(x.get("auto_delete", False)), bool(x.get("internal", False)),

@@ -337,87 +337,6 @@ async def binding_by_key(request):
     raise not_found()
 
 
-# -- policies and parameters -------------------------------------------------------
-
-def _policy_file(vhost):
-    return os.path.join(vhost.dir, "policies.json")
-
-
-def policies_of(vhost):
-    if not hasattr(vhost, "policies"):
-        try:
-            with open(_policy_file(vhost)) as f:
-                vhost.policies = json.load(f)
-        except (FileNotFoundError, ValueError):
-            vhost.policies = {}
-    return vhost.policies
-
-
-def save_policies(vhost):
-    tmp = _policy_file(vhost) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(vhost.policies, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, _policy_file(vhost))
-
-
-async def list_policies(request):
-    require(request, MANAGEMENT)
-    return listing(request, [dict(p, vhost=v.name, name=n)
-                             for v in _all_vhosts(request) for n, p in policies_of(v).items()])
-
-
-async def get_policy(request):
-    require(request, MANAGEMENT)
-    p = policies_of(vhost_of(request)).get(request.match_info["name"])
-    if p is None:
-        raise not_found()
-    return web.json_response(dict(p, vhost=request.match_info["vhost"], name=request.match_info["name"]))
-
-
-async def put_policy(request):
-    require(request, POLICYMAKER)
-    vhost = vhost_of(request)
-    body = await body_json(request)
-    name = request.match_info["name"]
-    policy = validate_policy(body)
-    policies = policies_of(vhost)
-    existed = name in policies
-    policies[name] = policy
-    save_policies(vhost)
-    return created(existed)
-
-
-def validate_policy(body):
-    import re
-    if not isinstance(body.get("pattern"), str):
-        raise HTTPError(400, "pattern is required (a regex)")
-    try:
-        re.compile(body["pattern"])
-    except re.error as exc:
-        raise HTTPError(400, f"pattern: {exc}")
-    definition = body.get("definition")
-    if not isinstance(definition, dict) or not definition:
-        raise HTTPError(400, "definition must be a non-empty object")
-    apply_to = body.get("apply-to", "all")
-    if apply_to not in ("all", "queues", "exchanges"):
-        raise HTTPError(400, "apply-to must be all, queues or exchanges")
-    priority = body.get("priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise HTTPError(400, "priority must be an integer")
-    return {"pattern": body["pattern"], "definition": definition, "apply-to": apply_to, "priority": priority}
-
-
-async def delete_policy(request):
-    require(request, POLICYMAKER)
-    vhost = vhost_of(request)
-    if policies_of(vhost).pop(request.match_info["name"], None) is None:
-        raise not_found()
-    save_policies(vhost)
-    return web.Response(status=NO_CONTENT)
-
-
 # -- definitions -------------------------------------------------------------------
 
 async def get_definitions(request):
@@ -472,9 +391,6 @@ def add_routes(app):
                                                                                    post_binding))
     r.add_route("*", "/api/bindings/{vhost}/e/{source}/{kind:q|e}/{dest}/{props}",
                 _method(binding_by_key, None, binding_by_key))
-    r.add_get("/api/policies", list_policies)
-    r.add_get("/api/policies/{vhost}", list_policies)
-    r.add_route("*", "/api/policies/{vhost}/{name}", _method(get_policy, put_policy, delete_policy))
     add_limit_and_parameter_routes(app)
     r.add_get("/api/definitions", get_definitions)
     r.add_post("/api/definitions", post_definitions)

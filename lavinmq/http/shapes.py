@@ -52,7 +52,8 @@ def permission(user_name, vhost_name, p):
 def exchange(ex):
     return {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
             "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
-            "user_who_performed_action": "",
+            "user_who_performed_action": "", "policy": getattr(ex, "policy", None),
+            "effective_policy_definition": getattr(ex, "effective_policy_definition", {}),
             "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
                                    rates_for(id(ex)))}
 
@@ -65,7 +66,8 @@ def queue(q, details=False):
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
            "messages_unacknowledged": unacked, "message_bytes_ready": q.store.ready_bytes,
            "message_bytes_unacknowledged": q.unacked_bytes,
-           "exclusive_consumer_tag": None, "policy": None, "effective_policy_definition": {},
+           "exclusive_consumer_tag": None, "policy": q.policy, "operator_policy": q.operator_policy,
+           "effective_policy_definition": q.effective_policy_definition,
            "message_stats": stats({"publish": q.publish_count, "deliver": q.deliver_count,
                                    "deliver_get": q.deliver_count + q.get_count, "get": q.get_count,
                                    "ack": q.ack_count, "redeliver": q.redeliver_count}, rates_for(id(q)))}
@@ -170,8 +172,7 @@ def definitions(server, only=None):
                          for v in vhosts]
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
-    from lavinmq.http.objects import policies_of
-    out["policies"] = [dict(p, vhost=v.name, name=n) for v in vhosts for n, p in policies_of(v).items()]
+    out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
                          "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments}
                         for v in vhosts for ex in v.exchanges.values()

@@ -1,6 +1,15 @@
-"""The classic queue: the control half over `_core.queue.Queue`."""
+"""The classic queue (and the priority queue, which differs only in its
+store): the control half over `_core.queue.Queue`. Settings from arguments
+and policies are resolved here, once per change, and handed to the core;
+the queue's own expiry (x-expires) is a timer here."""
+import asyncio
+import logging
+import time
+
 from lavinmq._core.queue import Queue as CoreQueue
 from lavinmq.args import check_equivalent
+
+log = logging.getLogger("lavinmq.queue")
 
 
 class Queue(CoreQueue):
@@ -13,10 +22,22 @@ class Queue(CoreQueue):
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.had_consumers = False
+        self.routing_version = vhost.routing_version
+        self.policy = None              # name of the policy that applies
+        self.operator_policy = None
+        self.effective_policy_definition = {}
+        self.settings = {}              # policy key -> value in effect
+        self.expires = None             # ms unused before the queue is deleted
+        self.last_used = time.monotonic()
+        self._expires_timer = None
 
     @property
     def exclusive(self):
         return self.exclusive_owner is not None
+
+    @property
+    def max_priority(self):
+        return getattr(self.store, "max_priority", None)
 
     def check_equivalent(self, durable, auto_delete, arguments):
         # exclusivity is checked by the vhost (405, not 406), as RabbitMQ does
@@ -24,9 +45,80 @@ class Queue(CoreQueue):
                          (("durable", self.durable, durable), ("auto_delete", self.auto_delete, auto_delete)),
                          self.arguments, arguments, 50)
 
+    # -- settings ------------------------------------------------------------------
+
+    def apply_effective(self, policy, operator_policy, definition, settings):
+        """From lavinmq.policy: what the arguments and policies make of this
+        queue. Takes effect on what it holds now."""
+        self.policy = policy.name if policy else None
+        self.operator_policy = operator_policy.name if operator_policy else None
+        self.effective_policy_definition = definition
+        self.settings = settings
+        dlx = settings.get("dead-letter-exchange")
+        self.apply_settings(ttl=settings.get("message-ttl"), max_length=settings.get("max-length"),
+                            max_length_bytes=settings.get("max-length-bytes"),
+                            overflow=settings.get("overflow", "drop-head"),
+                            dlx=dlx, dlrk=settings.get("dead-letter-routing-key") if dlx is not None else None)
+        expires = settings.get("expires")
+        if expires != self.expires:
+            self.expires = expires
+            self._arm_expires()
+
+    def lookup_dead_letter_exchange(self):
+        if self.dlx is None:
+            return None
+        return self.vhost.exchanges.get(self.dlx.decode("utf-8", "surrogateescape"))
+
+    # -- x-expires: deleted after being unused for that long --------------------------
+
+    def touch(self):
+        """Used: a consumer came or went, a basic.get, a redeclare."""
+        self.last_used = time.monotonic()
+        if self.expires is not None:
+            self._arm_expires()
+
+    def _arm_expires(self):
+        if self._expires_timer is not None:
+            self._expires_timer.cancel()
+            self._expires_timer = None
+        if self.expires is None or self.consumers:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        delay = max(0.0, self.last_used + self.expires / 1000 - time.monotonic())
+        self._expires_timer = loop.call_later(delay, self._check_expires)
+
+    def _check_expires(self):
+        self._expires_timer = None
+        if self.closed or self.expires is None or self.consumers:
+            return
+        if time.monotonic() - self.last_used < self.expires / 1000 - 0.001:
+            self._arm_expires()
+            return
+        if self.vhost.queues.get(self.name) is self:
+            log.info("queue %s in vhost %s unused for %d ms: deleted", self.name, self.vhost.name,
+                     self.expires)
+            self.vhost.delete_queue(self.name)
+
+    # -- consumers ----------------------------------------------------------------------
+
     def add_consumer(self, consumer):
         self.had_consumers = True
         super().add_consumer(consumer)
+        self.touch()
+
+    def remove_consumer(self, consumer):
+        super().remove_consumer(consumer)
+        self.touch()
+
+    def stop(self):
+        """Deleted or shut down: no timer may fire any more."""
+        self.stop_timers()
+        if self._expires_timer is not None:
+            self._expires_timer.cancel()
+            self._expires_timer = None
 
     def __hash__(self):
         return id(self)
