@@ -201,23 +201,28 @@ def delete_exchange(c, a):
     return Info(f"Deleting exchange {a.name} in vhost {a.vhost}")
 
 
-def list_policies(c, a):
-    rows = [[p["vhost"], p["name"], p["pattern"], p.get("apply-to", "all"),
-             json.dumps(p.get("definition", {})), p.get("priority", 0)]
-            for p in c.get(f"/policies/{q(a.vhost)}")]
-    return ["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows
+def _policy_commands(path, what):
+    def list_(c, a):
+        rows = [[p["vhost"], p["name"], p["pattern"], p.get("apply-to", "all"),
+                 json.dumps(p.get("definition", {})), p.get("priority", 0)]
+                for p in c.get(f"/{path}/{q(a.vhost)}")]
+        return ["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows
+
+    def set_(c, a):
+        c.put(f"/{path}/{q(a.vhost)}/{q(a.name)}",
+              {"pattern": a.pattern, "definition": _json_arg(a.definition, "definition"),
+               "priority": a.priority, "apply-to": a.apply_to})
+        return Info(f"Setting {what} {a.name} in vhost {a.vhost}")
+
+    def clear(c, a):
+        c.delete(f"/{path}/{q(a.vhost)}/{q(a.name)}")
+        return Info(f"Clearing {what} {a.name} in vhost {a.vhost}")
+    return list_, set_, clear
 
 
-def set_policy(c, a):
-    c.put(f"/policies/{q(a.vhost)}/{q(a.name)}",
-          {"pattern": a.pattern, "definition": _json_arg(a.definition, "definition"),
-           "priority": a.priority, "apply-to": a.apply_to})
-    return Info(f"Setting policy {a.name} in vhost {a.vhost}")
-
-
-def clear_policy(c, a):
-    c.delete(f"/policies/{q(a.vhost)}/{q(a.name)}")
-    return Info(f"Clearing policy {a.name} in vhost {a.vhost}")
+list_policies, set_policy, clear_policy = _policy_commands("policies", "policy")
+list_operator_policies, set_operator_policy, clear_operator_policy = _policy_commands(
+    "operator-policies", "operator policy")
 
 
 def list_connections(c, a):
@@ -327,11 +332,18 @@ def build_parser():
         flag("--internal", "only exchange-to-exchange publishes"), A("--args", help="JSON arguments"),
         vhost=True)
     cmd("delete_exchange", delete_exchange, "delete an exchange", A("name"), vhost=True)
-    cmd("list_policies", list_policies, "list policies", vhost=True)
-    cmd("set_policy", set_policy, "create or change a policy", A("name"), A("pattern"),
-        A("definition", help="JSON object"), A("--priority", type=int, default=0),
-        A("--apply-to", default="all", choices=("all", "queues", "exchanges")), vhost=True)
-    cmd("clear_policy", clear_policy, "delete a policy", A("name"), vhost=True)
+    for kind, fns in (("policy", (list_policies, set_policy, clear_policy)),
+                      ("operator_policy", (list_operator_policies, set_operator_policy, clear_operator_policy))):
+        what = kind.replace("_", " ")
+        cmd(f"list_{kind.replace('policy', 'policies')}", fns[0], f"list {what.replace('policy', 'policies')}",
+            vhost=True)
+        cmd(f"set_{kind}", fns[1], f"create or change an {what}" if kind.startswith("o") else
+            f"create or change a {what}", A("name"), A("pattern"),
+            A("definition", help="JSON object"), A("--priority", type=int, default=0),
+            A("--apply-to", default="queues" if kind.startswith("o") else "all",
+              choices=("all", "queues", "exchanges")), vhost=True)
+        cmd(f"clear_{kind}", fns[2], f"delete an {what}" if kind.startswith("o") else f"delete a {what}",
+            A("name"), vhost=True)
     cmd("list_connections", list_connections, "list client connections")
     cmd("close_connection", close_connection, "close a client connection", A("name"),
         A("reason", nargs="?", default="Closed via lavinmqctl"))

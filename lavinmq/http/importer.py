@@ -20,14 +20,16 @@ def import_definitions(server, body, only=None):
     users, vhosts, perms = (_items(body, k) for k in ("users", "vhosts", "permissions"))
     policies, exchanges, queues, bindings = (_items(body, k) for k in ("policies", "exchanges", "queues",
                                                                         "bindings"))
+    op_policies = _items(body, "operator_policies")
     for u in users:
         if not isinstance(u.get("name"), str):
             raise HTTPError(400, "a user needs a name")
-    for x in exchanges + queues + policies:
+    for x in exchanges + queues + policies + op_policies:
         if not isinstance(x.get("name"), str):
             raise HTTPError(400, "every exchange, queue and policy needs a name")
     try:
         checked = [check_policy(p) for p in policies]
+        op_checked = [check_policy(p, operator=True) for p in op_policies]
     except ValueError as exc:
         raise HTTPError(400, f"bad policy: {exc}")
 
@@ -59,6 +61,8 @@ def import_definitions(server, body, only=None):
                                          p.get("read", ""))
         for p, clean in zip(policies, checked):
             vhost_for(p).policies.set(p["name"], clean)
+        for p, clean in zip(op_policies, op_checked):
+            vhost_for(p).policies.set(p["name"], clean, operator=True)
         for x in exchanges:
             vhost_for(x).declare_exchange(x["name"], x.get("type", "direct"), bool(x.get("durable", True)),
                                           bool(x.get("auto_delete", False)), bool(x.get("internal", False)),

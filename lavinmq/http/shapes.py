@@ -173,6 +173,7 @@ def definitions(server, only=None):
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
+    out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
                          "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments}
                         for v in vhosts for ex in v.exchanges.values()
@@ -187,7 +188,7 @@ def definitions(server, only=None):
                        for b in ex.bindings.values()
                        if ex.durable and getattr(b.destination, "durable", False)]
     if only is not None:
-        for key in ("policies", "exchanges", "queues", "bindings"):
+        for key in ("policies", "operator_policies", "exchanges", "queues", "bindings"):
             for item in out[key]:
                 item.pop("vhost", None)
     return out

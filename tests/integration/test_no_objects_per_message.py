@@ -53,9 +53,9 @@ def consume(port, queue, count, result):
     c.close()
 
 
-def run_messages(port, queue, count):
+def run_messages(port, queue, count, consume_from=None):
     result = []
-    t = threading.Thread(target=consume, args=(port, queue, count, result))
+    t = threading.Thread(target=consume, args=(port, consume_from or queue, count, result))
     t.start()
     p = RawClient("127.0.0.1", port)
     p.open_channel(1)
@@ -65,6 +65,52 @@ def run_messages(port, queue, count):
     t.join(timeout=300)
     p.close()
     assert result == [count]
+
+
+def start_alloc_broker(tmp_path, port):
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.alloc_broker", "-D", str(tmp_path), "-p", str(port),
+         "--http-port", "0", "--metrics-http-port", "0", "-l", "warning"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def test_ttl_dead_lettering_allocates_nothing_per_message(tmp_path):
+    """Messages expire (TTL 1 ms, nobody consumes the queue) and are
+    dead-lettered to a queue that is consumed: expiry, the x-death rewrite
+    and the routing of the copy all stay in Cython."""
+    port = free_port()
+    proc = start_alloc_broker(tmp_path, port)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+
+        def count():
+            proc.stdin.write("count\n")
+            proc.stdin.flush()
+            return int(proc.stdout.readline())
+
+        c = RawClient("127.0.0.1", port)
+        c.open_channel(1)
+        c.send(1, commands.Queue.Declare(queue="dlq"))
+        c.expect(commands.Queue.DeclareOk)
+        c.send(1, commands.Queue.Declare(queue="ttl", arguments={
+            "x-message-ttl": 1, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+        c.expect(commands.Queue.DeclareOk)
+        c.close()
+        run_messages(port, "ttl", 20_000, consume_from="dlq")
+        before = count()
+        n = 300_000
+        started = time.monotonic()
+        run_messages(port, "ttl", n, consume_from="dlq")
+        allocations = count() - before
+        per_message = allocations / n
+        print(f"\n{n} messages expired and dead-lettered in {time.monotonic() - started:.1f}s: "
+              f"{allocations} object allocations ({per_message:.4f} per message)")
+        assert per_message < 0.05, f"{per_message:.3f} Python objects allocated per message"
+    finally:
+        proc.stdin.write("quit\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
 
 
 def test_publish_consume_ack_allocates_nothing_per_message(tmp_path):
