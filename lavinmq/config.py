@@ -64,6 +64,7 @@ class Config:
     metrics_http_port: int = 15692
     control_unix_path: str = ""         # "" = DATA_DIR/lavinmqctl.sock
     stats_interval: int = 5000          # ms between samples for the API's rates
+    consumer_timeout: int | None = None  # ms an unacked delivery may be held (off: None, as LavinMQ)
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -150,6 +151,8 @@ OPTIONS = {
     "metrics_http_port": Option("int", (("main", "metrics_http_port"),), **PORT),
     "control_unix_path": Option("str", (("main", "control_unix_path"),)),
     "stats_interval": Option("int", (("main", "stats_interval"),), lo=100, hi=3_600_000),
+    "consumer_timeout": Option("int", (("main", "consumer_timeout"), ("amqp", "consumer_timeout")),
+                               lo=1, hi=2 ** 63 - 1, optional=True),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -160,12 +163,12 @@ IGNORED_KEYS = {
              "tls_ktls",
              "stats_log_size", "socket_buffer_size", "tcp_nodelay",
              "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
-             "free_disk_warn", "load_definitions", "max_deleted_definitions", "consumer_timeout",
+             "free_disk_warn", "load_definitions", "max_deleted_definitions",
              "consumer_timeout_loop_interval", "auth_backends", "default_consumer_prefetch",
              "default_consistent_hash_algorithm"},
     "amqp": {"unix_path", "tls_port", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
              "amqp_systemd_socket_name", "max_consumers_per_channel", "tls_cert", "tls_key",
-             "consumer_timeout", "default_consumer_prefetch"},
+             "default_consumer_prefetch"},
     "mgmt": {"unix_path", "tls_port", "http_systemd_socket_name", "tls_cert", "tls_key"},
 }
 IGNORED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}

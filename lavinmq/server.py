@@ -50,9 +50,13 @@ class Server:
             entries = [{"name": "/"}]
         for entry in entries:
             name = entry["name"]
-            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size, self.syncer)
+            self.vhosts[name] = self._new_vhost(name)
             self.vhosts[name].set_limits(entry.get("limits") or {})
         self._save_vhosts()
+
+    def _new_vhost(self, name):
+        return VHost(name, self.data_dir, self.config.segment_size, self.syncer,
+                     consumer_timeout=getattr(self.config, "consumer_timeout", None))
 
     def set_vhost_limits(self, name, limits):
         """max-connections / max-queues, as RabbitMQ's vhost limits; a
@@ -78,7 +82,7 @@ class Server:
 
     def add_vhost(self, name):
         if name not in self.vhosts:
-            self.vhosts[name] = VHost(name, self.data_dir, self.config.segment_size, self.syncer)
+            self.vhosts[name] = self._new_vhost(name)
             self._save_vhosts()
         return self.vhosts[name]
 
@@ -121,9 +125,11 @@ class Server:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
             rounds += 1
             now = time.monotonic()
+            wall_ms = int(time.time() * 1000)
             for conn in list(self.connections):
                 try:
                     conn.check_heartbeat(now)
+                    conn.check_consumer_timeouts(wall_ms)
                 except Exception:
                     log.exception("heartbeat check failed for %s", conn.name)
             self.check_disk()

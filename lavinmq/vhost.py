@@ -38,8 +38,9 @@ def check_name(kind, name, class_id, method_id):
 
 
 class VHost:
-    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None):
+    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None, consumer_timeout=None):
         self.name = name
+        self.consumer_timeout = consumer_timeout    # ms, the broker's default for every queue
         self.syncer = syncer        # lavinmq.sync.Syncer when confirms wait for the disk
         self.dir = os.path.join(data_dir, sha1(name))
         self.transient_dir = os.path.join(self.dir, "transient")
@@ -295,6 +296,7 @@ class VHost:
         if not transient:
             store.set_syncer(self.syncer)
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+        q.default_consumer_timeout = self.consumer_timeout
         self.queues[name] = q
         self.routing_version.bump()
         self._apply_policy(q, "queue")

@@ -33,6 +33,7 @@ cdef class ConnState:
 
 cdef struct Unacked:
     uint64_t tag
+    uint64_t delivered_at      # ms; 0 unless the queue times its consumers
     SP sp
     uint32_t queue_idx
     uint32_t consumer_idx      # NO_CONSUMER for basic.get
@@ -101,7 +102,8 @@ cdef class Channel:
                           bint mandatory, bint immediate) except -1
     cdef Exchange exchange_for(self, const char *name, Py_ssize_t n)
     cdef uint32_t index_of(self, Queue q) except? 0xffffffff
-    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx) except -1
+    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx,
+                   uint64_t delivered_at) except -1
     cdef Py_ssize_t find_tag(self, uint64_t tag)
     cdef int settle(self, Unacked *u, int action) except -1
     cdef int on_ack(self, uint64_t tag, bint multiple, int action) except -1

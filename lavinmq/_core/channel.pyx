@@ -14,6 +14,7 @@ from lavinmq._core.segment cimport SP, record_parts
 from lavinmq._core cimport spec
 
 from lavinmq._core import queue as _queue_mod
+from lavinmq._core.clock cimport now_ms
 from lavinmq.errors import (
     FrameError, PreconditionFailed, SyntaxError_, UnexpectedFrame, NotFound, ResourceError,
 )
@@ -136,7 +137,7 @@ cdef class Consumer(ConsumerBase):
         ch.next_tag += 1
         tag = ch.next_tag
         if not self.no_ack:
-            ch.track(tag, sp, self.queue_idx, self.slot)
+            ch.track(tag, sp, self.queue_idx, self.slot, self.deliver_time)
             self.unacked += 1
         ch.deliver_count += 1
         wb.start_method(ch.id, spec.CLASS_BASIC, spec.BASIC_DELIVER)
@@ -387,7 +388,8 @@ cdef class Channel:
             self.queue_idx[q] = idx
         return idx
 
-    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx) except -1:
+    cdef int track(self, uint64_t tag, SP sp, uint32_t queue_idx, uint32_t consumer_idx,
+                   uint64_t delivered_at) except -1:
         cdef Unacked *n
         cdef Py_ssize_t live
         if self.u_tail == self.u_cap:
@@ -408,6 +410,7 @@ cdef class Channel:
         self.unacked[self.u_tail].sp = sp
         self.unacked[self.u_tail].queue_idx = queue_idx
         self.unacked[self.u_tail].consumer_idx = consumer_idx
+        self.unacked[self.u_tail].delivered_at = delivered_at
         self.unacked[self.u_tail].done = 0
         self.u_tail += 1
         self.unacked_total += 1
@@ -532,7 +535,7 @@ cdef class Channel:
         cdef SP sp
         cdef bint redelivered
         cdef WriteBuffer wb = self.state.wbuf
-        cdef const char *rec = q.get(&sp, &redelivered)
+        cdef const char *rec = q.get(&sp, &redelivered, no_ack)
         if rec is NULL:
             wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_EMPTY)
             wb.write_shortstr(b"", 0)
@@ -550,9 +553,29 @@ cdef class Channel:
             q.store.delete(sp)
             schedule_queue(q)
         else:
-            self.track(self.next_tag, sp, self.index_of(q), NO_CONSUMER)
+            self.track(self.next_tag, sp, self.index_of(q), NO_CONSUMER, now_ms() if q.consumer_timeout else 0)
             q.add_unacked_from_get(sp.size)
         return True
+
+    def overdue(self, uint64_t now):
+        """-> the consumer timeout (ms) of the first queue whose oldest
+        delivery on this channel is unacked past it, or 0. Called once a
+        second, not per message; one entry per queue is looked at."""
+        cdef Py_ssize_t i
+        cdef Unacked *u
+        cdef Queue q
+        seen = set()
+        for i in range(self.u_head, self.u_tail):
+            u = &self.unacked[i]
+            if u.done or u.queue_idx in seen:
+                continue
+            seen.add(u.queue_idx)
+            q = <Queue>self.queues[u.queue_idx]
+            if q.consumer_timeout and u.delivered_at and u.delivered_at + q.consumer_timeout < now:
+                return q.consumer_timeout
+            if len(seen) == len(self.queues):
+                break
+        return 0
 
     @property
     def unacked_count(self):

@@ -17,3 +17,8 @@ cdef Py_ssize_t build_dead_letter(WriteBuffer out, const char *rec, int reason, 
 # with no rejection in it? (RabbitMQ drops those.)
 cdef bint is_cycle(const char *rec, bytes queue) except -1
 
+
+# A copy of rec whose headers carry key = value (a long), replacing any
+# header of that name: x-delivery-count on redeliveries.
+cdef Py_ssize_t build_with_int_header(WriteBuffer out, const char *rec, const char *key, Py_ssize_t klen,
+                                      long long value) except -1

@@ -409,3 +409,55 @@ def py_build_dead_letter(bytes rec, int reason, bytes queue, bytes dlx, bytes dl
 
 def py_is_cycle(bytes rec, bytes queue):
     return is_cycle(rec, queue)
+
+
+cdef Py_ssize_t build_with_int_header(WriteBuffer out, const char *rec, const char *key, Py_ssize_t klen,
+                                      long long value) except -1:
+    cdef Py_ssize_t po = record_props_offset(rec)
+    cdef const char *props = rec + po
+    cdef uint16_t flags = le16(props)
+    cdef Py_ssize_t pos = 2, at
+    cdef const char *fields[14]
+    cdef Py_ssize_t sizes[14]
+    cdef const char *hbody = NULL
+    cdef Py_ssize_t hlen = 0, hp = 0
+    cdef Field f
+    cdef uint64_t bodylen
+    cdef int i
+    for i in range(PROP_COUNT):
+        if flags & (1 << (15 - i)):
+            fields[i] = props + pos
+            sizes[i] = prop_field_size(props + pos, i)
+            pos += sizes[i]
+    bodylen = le64(props + pos)
+    if flags & (1 << (15 - P_HEADERS)):
+        hlen = le32(fields[P_HEADERS])
+        hbody = fields[P_HEADERS] + 4
+        if not table_ok(hbody, hlen):
+            hbody = NULL
+    out.clear()
+    out.write_raw(rec, po)                  # timestamp, exchange, routing key as they are
+    at = out.len
+    out.reserve(2)
+    out.len += 2
+    put_le16(out.buf + at, flags | (1 << (15 - P_HEADERS)))
+    for i in range(PROP_COUNT):
+        if i == P_HEADERS:
+            at = out.len
+            out.reserve(4)
+            out.len += 4
+            if hbody is not NULL:
+                while next_field(hbody, hlen, &hp, &f) == 1:
+                    if not key_is(&f, key, klen):
+                        out.write_raw(f.key - 1, 1 + f.klen + f.vlen)
+            put_key(out, key, klen)
+            out.write_u8(b"l")
+            out.write_u64(<uint64_t>value)
+            put_le32(out.buf + at, <uint32_t>(out.len - at - 4))
+        elif flags & (1 << (15 - i)):
+            out.write_raw(fields[i], sizes[i])
+    out.reserve(8)
+    put_le64(out.buf + out.len, bodylen)
+    out.len += 8
+    out.write_raw(props + pos + 8, <Py_ssize_t>bodylen)
+    return out.len

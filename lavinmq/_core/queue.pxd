@@ -18,6 +18,20 @@ cdef enum:
     EXPIRY_MIN_INTERVAL = 10
 
 
+cdef class CountMap:
+    # (segment, position) -> count, for the messages a queue with a
+    # delivery limit has delivered: open addressing, no object per entry
+    cdef:
+        uint64_t *keys
+        uint32_t *vals
+        Py_ssize_t cap
+        readonly Py_ssize_t size
+    cdef Py_ssize_t slot(self, uint64_t key) noexcept
+    cdef uint32_t get(self, uint64_t key)
+    cdef int put(self, uint64_t key, uint32_t val) except -1
+    cdef void remove(self, uint64_t key)
+
+
 cdef class ConsumerBase:
     # Implemented by channel.Consumer; declared here so that the queue can
     # deliver without importing the channel module.
@@ -28,6 +42,7 @@ cdef class ConsumerBase:
         public Queue queue
         public uint32_t prefetch
         public uint32_t unacked
+        public uint64_t deliver_time     # ms, set by the queue before deliver() when it times consumers
     cdef bint has_capacity(self)
     cdef int deliver(self, const char *rec, SP sp, bint redelivered) except -1
 
@@ -69,12 +84,20 @@ cdef class Queue:
         public RoutingVersion routing_version
         public uint64_t expiry_at           # ms of the armed head check, 0: none
         public object expiry_timer
+        # consumers and delivery
+        public bint paused                  # delivers nothing (LavinMQ's pause)
+        public bint single_active           # x-single-active-consumer
+        public ConsumerBase active          # the single active consumer
+        public list subscribed              # consumers in subscription order (single active only)
+        readonly int64_t delivery_limit     # -1: none
+        CountMap deliveries                 # sp -> deliveries so far, with a delivery limit
+        public uint64_t consumer_timeout    # ms, 0: none
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1
     cdef ConsumerBase next_consumer(self)
     cdef int deliver_pending(self) except -1
-    cdef const char *get(self, SP *sp, bint *redelivered) except? NULL
+    cdef const char *get(self, SP *sp, bint *redelivered, bint no_ack) except? NULL
     cdef int ack(self, SP sp) except -1
     cdef int reject(self, SP sp, bint requeue) except -1
     cdef int schedule(self) except -1
@@ -86,6 +109,7 @@ cdef class Queue:
     cdef int expire_head(self, uint64_t now, bint zero_expires) except -1
     cdef int arm_expiry(self, uint64_t now) except -1
     cdef void update_ext(self)
+    cdef const char *count_delivery(self, const char *rec, SP sp) except NULL
 
 
 cdef int schedule_queue(Queue q) except -1

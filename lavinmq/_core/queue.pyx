@@ -8,8 +8,10 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from lavinmq._core.buffer cimport WriteBuffer, le64
 from lavinmq._core.clock cimport now_ms
 from lavinmq._core.deadletter cimport (
-    build_dead_letter, is_cycle, DL_REJECTED, DL_EXPIRED, DL_MAXLEN, DL_DELIVERY_LIMIT,
+    build_dead_letter, build_with_int_header, is_cycle, DL_REJECTED, DL_EXPIRED, DL_MAXLEN,
+    DL_DELIVERY_LIMIT,
 )
+from libc.stdlib cimport calloc, free
 from lavinmq._core.props cimport (
     record_expiration, record_props_offset, record_body_len, has_prop, P_EXPIRATION,
 )
@@ -36,6 +38,99 @@ cdef enum:
 # one scratch buffer per nesting level of dead-lettering: no object per message
 cdef list _dl_bufs = [WriteBuffer() for _ in range(MAX_DL_DEPTH)]
 cdef int _dl_depth = 0
+
+# the redelivery copy with x-delivery-count is built here: one buffer, reused
+cdef WriteBuffer _count_buf = WriteBuffer()
+
+
+cdef inline uint64_t sp_key(SP sp) noexcept:
+    return (<uint64_t>sp.seg << 32) | sp.pos
+
+
+cdef class CountMap:
+    """Linear probing with backward-shift deletion; key 0 is never a
+    position (records start after the segment header)."""
+
+    def __cinit__(self):
+        self.cap = 64
+        self.keys = <uint64_t *>calloc(self.cap, sizeof(uint64_t))
+        self.vals = <uint32_t *>calloc(self.cap, sizeof(uint32_t))
+        if self.keys is NULL or self.vals is NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.vals)
+
+    cdef Py_ssize_t slot(self, uint64_t key) noexcept:
+        return <Py_ssize_t>((key * 11400714819323198485ULL) >> 40) & (self.cap - 1)
+
+    cdef uint32_t get(self, uint64_t key):
+        cdef Py_ssize_t i = self.slot(key)
+        while self.keys[i]:
+            if self.keys[i] == key:
+                return self.vals[i]
+            i = (i + 1) & (self.cap - 1)
+        return 0
+
+    cdef int put(self, uint64_t key, uint32_t val) except -1:
+        cdef Py_ssize_t i
+        cdef uint64_t *old_keys
+        cdef uint32_t *old_vals
+        cdef Py_ssize_t old_cap, j
+        if (self.size + 1) * 4 > self.cap * 3:
+            old_keys, old_vals, old_cap = self.keys, self.vals, self.cap
+            self.cap *= 2
+            self.keys = <uint64_t *>calloc(self.cap, sizeof(uint64_t))
+            self.vals = <uint32_t *>calloc(self.cap, sizeof(uint32_t))
+            if self.keys is NULL or self.vals is NULL:
+                raise MemoryError()
+            self.size = 0
+            for j in range(old_cap):
+                if old_keys[j]:
+                    self.put(old_keys[j], old_vals[j])
+            free(old_keys)
+            free(old_vals)
+        i = self.slot(key)
+        while self.keys[i] and self.keys[i] != key:
+            i = (i + 1) & (self.cap - 1)
+        if not self.keys[i]:
+            self.size += 1
+            self.keys[i] = key
+        self.vals[i] = val
+        return 0
+
+    cdef void remove(self, uint64_t key):
+        cdef Py_ssize_t i = self.slot(key), j, k
+        while self.keys[i] != key:
+            if not self.keys[i]:
+                return
+            i = (i + 1) & (self.cap - 1)
+        self.size -= 1
+        j = i
+        while True:
+            j = (j + 1) & (self.cap - 1)
+            if not self.keys[j]:
+                break
+            k = self.slot(self.keys[j])
+            # move j back to i unless its home lies cyclically in (i, j]
+            if (i <= j and (i < k <= j)) or (i > j and (k <= j or k > i)):
+                continue
+            self.keys[i] = self.keys[j]
+            self.vals[i] = self.vals[j]
+            i = j
+        self.keys[i] = 0
+        self.vals[i] = 0
+
+    def py_put(self, uint64_t key, uint32_t val):
+        self.put(key, val)
+
+    def py_get(self, uint64_t key):
+        return self.get(key)
+
+    def py_remove(self, uint64_t key):
+        self.remove(key)
+
 
 REASON_NAMES = {DL_REJECTED: "rejected", DL_EXPIRED: "expired", DL_MAXLEN: "maxlen",
                 DL_DELIVERY_LIMIT: "delivery_limit"}
@@ -98,6 +193,7 @@ cdef class Queue:
         self.ttl = -1
         self.max_length = -1
         self.max_length_bytes = -1
+        self.delivery_limit = -1
 
     cdef int schedule(self) except -1:
         return schedule_queue(self)
@@ -256,6 +352,8 @@ cdef class Queue:
         self.dropped_count += 1
         if self.dlx is not None:
             self.dead_letter(rec, reason)
+        if self.deliveries is not None:
+            self.deliveries.remove(sp_key(sp))
         self.store.delete(sp)
         return 0
 
@@ -362,8 +460,11 @@ cdef class Queue:
         cdef Py_ssize_t i, idx
         cdef ConsumerBase c, best = None
         cdef Py_ssize_t best_idx = 0
-        if n == 0:
+        if n == 0 or self.paused:
             return None
+        if self.single_active:
+            c = self.active
+            return c if c is not None and c.has_capacity() else None
         for i in range(n):
             idx = (self.rr + i) % n
             c = <ConsumerBase>self.consumers[idx]
@@ -381,7 +482,9 @@ cdef class Queue:
         cdef const char *rec
         cdef int budget = DELIVERY_BUDGET
         cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
-        cdef uint64_t now = now_ms() if expiring else 0
+        cdef uint64_t now = now_ms() if expiring or self.consumer_timeout else 0
+        if self.paused:
+            return 0
         while self.store.ready and budget > 0:
             c = self.next_consumer()
             if c is None:
@@ -402,6 +505,9 @@ cdef class Queue:
             else:
                 self.unacked_count += 1
                 self.unacked_bytes += sp.size
+                if self.delivery_limit >= 0:
+                    rec = self.count_delivery(rec, sp)
+                c.deliver_time = now
                 c.deliver(rec, sp, redelivered)
         if budget == 0 and self.store.ready:
             schedule_queue(self)
@@ -418,7 +524,7 @@ cdef class Queue:
         self.ext = (self.ttl >= 0 or self.msg_ttl or self.max_length >= 0 or self.max_length_bytes >= 0
                     or self.dlx is not None)
 
-    cdef const char *get(self, SP *sp, bint *redelivered) except? NULL:
+    cdef const char *get(self, SP *sp, bint *redelivered, bint no_ack) except? NULL:
         cdef const char *rec
         cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
         cdef uint64_t now = now_ms() if expiring else 0
@@ -431,7 +537,20 @@ cdef class Queue:
             self.get_count += 1
             if redelivered[0]:
                 self.redeliver_count += 1
+            if self.delivery_limit >= 0 and not no_ack:
+                rec = self.count_delivery(rec, sp[0])
         return rec
+
+    cdef const char *count_delivery(self, const char *rec, SP sp) except NULL:
+        """One more delivery of this message; from the second on it carries
+        x-delivery-count (the deliveries before this one), as LavinMQ."""
+        cdef uint64_t key = sp_key(sp)
+        cdef uint32_t n = self.deliveries.get(key)
+        self.deliveries.put(key, n + 1)
+        if n == 0:
+            return rec
+        build_with_int_header(_count_buf, rec, b"x-delivery-count", 16, n)
+        return _count_buf.buf
 
     cdef int ack(self, SP sp) except -1:
         if self.closed:
@@ -439,6 +558,8 @@ cdef class Queue:
         self.unacked_count -= 1
         self.unacked_bytes -= sp.size
         self.ack_count += 1
+        if self.deliveries is not None:
+            self.deliveries.remove(sp_key(sp))
         self.store.delete(sp)
         schedule_queue(self)
         return 0
@@ -449,10 +570,15 @@ cdef class Queue:
         self.unacked_count -= 1
         self.unacked_bytes -= sp.size
         if requeue:
-            self.store.requeue(sp)
+            if self.delivery_limit >= 0 and self.deliveries.get(sp_key(sp)) > self.delivery_limit:
+                self.drop(self.store.read(sp), sp, DL_DELIVERY_LIMIT)
+            else:
+                self.store.requeue(sp)
         else:
             if self.dlx is not None:
                 self.dead_letter(self.store.read(sp), DL_REJECTED)
+            if self.deliveries is not None:
+                self.deliveries.remove(sp_key(sp))
             self.store.delete(sp)
         schedule_queue(self)
         return 0
@@ -469,6 +595,10 @@ cdef class Queue:
             if other.priority < c.priority:
                 break
         self.consumers.insert(i, c)
+        if self.single_active:
+            self.subscribed.append(c)
+            if self.active is None:
+                self.active = c
         schedule_queue(self)
 
     def remove_consumer(self, ConsumerBase c):
@@ -476,6 +606,28 @@ cdef class Queue:
             self.consumers.remove(c)
         except ValueError:
             pass
+        if self.single_active:
+            if c in self.subscribed:
+                self.subscribed.remove(c)
+            if self.active is c:
+                # the next in order of subscription takes over
+                self.active = self.subscribed[0] if self.subscribed else None
+                schedule_queue(self)
+
+    def set_single_active(self, bint on):
+        self.single_active = on
+        self.subscribed = list(self.consumers) if on else None
+        self.active = self.subscribed[0] if on and self.subscribed else None
+
+    def set_delivery_limit(self, limit):
+        self.delivery_limit = -1 if limit is None else limit
+        if self.delivery_limit >= 0 and self.deliveries is None:
+            self.deliveries = CountMap()
+
+    def set_paused(self, bint paused):
+        self.paused = paused
+        if not paused:
+            schedule_queue(self)
 
     # -- the management API's publish and get (per request, not per message) --
 
@@ -494,7 +646,7 @@ cdef class Queue:
         cdef const char *rec
         out, taken = [], []
         while len(out) < count and not self.closed:
-            rec = self.get(&sp, &redelivered)
+            rec = self.get(&sp, &redelivered, True)
             if rec is NULL:
                 break
             out.append((rec[:sp.size], redelivered))

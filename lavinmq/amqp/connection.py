@@ -13,7 +13,7 @@ from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.auth.users import is_loopback_address
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
-    NotAllowed, NotImplemented_, SyntaxError_, UnexpectedFrame,
+    NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
 )
 
 log = logging.getLogger("lavinmq.connection")
@@ -334,6 +334,23 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         for q in queues:
             if self.vhost is not None and self.vhost.queues.get(q.name) is q:
                 self.vhost.delete_queue(q.name)
+
+    # -- consumer timeout (x-consumer-timeout, consumer_timeout) ---------------------
+
+    def check_consumer_timeouts(self, now_ms):
+        """A delivery unacked for longer than its queue's consumer timeout
+        closes its channel (406), which requeues what it held."""
+        if self.phase != 2:
+            return
+        for ch in self.open_channels():
+            if ch.closing or not ch.unacked_total:
+                continue
+            timeout = ch.overdue(now_ms)
+            if timeout:
+                self.channel_error(ch.id, PreconditionFailed(
+                    f"delivery acknowledgement on channel {ch.id} timed out: consumer timeout {timeout} ms",
+                    60, 80))
+                self.flush()
 
     # -- heartbeats (driven by the server's housekeeping timer) ----------------------
 

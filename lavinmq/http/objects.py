@@ -253,6 +253,18 @@ async def purge_queue(request):
     return web.Response(status=NO_CONTENT)
 
 
+async def pause_queue(request):
+    """LavinMQ's PUT /api/queues/{vhost}/{name}/pause and /resume."""
+    require(request, MANAGEMENT)
+    vhost, q = _queue(request)
+    _check_user(request, "configure", vhost, q.name)
+    if request.match_info["action"] == "pause":
+        q.pause()
+    else:
+        q.resume()
+    return web.Response(status=NO_CONTENT)
+
+
 # -- bindings --------------------------------------------------------------------
 
 def _bindings(vhosts):
@@ -384,6 +396,7 @@ def add_routes(app):
     r.add_get("/api/queues/{vhost}", list_queues)
     r.add_route("*", "/api/queues/{vhost}/{queue}", _method(get_queue, put_queue, delete_queue))
     r.add_delete("/api/queues/{vhost}/{queue}/contents", purge_queue)
+    r.add_put("/api/queues/{vhost}/{queue}/{action:pause|resume}", pause_queue)
     r.add_get("/api/queues/{vhost}/{queue}/bindings", queue_bindings)
     r.add_get("/api/bindings", list_bindings)
     r.add_get("/api/bindings/{vhost}", list_bindings)

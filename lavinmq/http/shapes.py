@@ -62,7 +62,8 @@ def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
            "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE, "type": "classic",
-           "state": "closed" if q.closed else "running",
+           "state": "closed" if q.closed else "paused" if q.paused else "running",
+           "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
            "messages_unacknowledged": unacked, "message_bytes_ready": q.store.ready_bytes,
            "message_bytes_unacknowledged": q.unacked_bytes,
@@ -83,8 +84,14 @@ def consumer(c):
     ch = c.channel
     return {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
             "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
-            "arguments": c.arguments or {}, "active": True, "activity_status": "up",
+            "arguments": c.arguments or {}, "active": _active(c),
+            "activity_status": "up" if _active(c) else "waiting",
             "channel_details": channel_ref(ch)}
+
+
+def _active(c):
+    q = c.queue
+    return not q.single_active or q.active is c
 
 
 def channel_ref(ch):

@@ -4,6 +4,7 @@ and policies are resolved here, once per change, and handed to the core;
 the queue's own expiry (x-expires) is a timer here."""
 import asyncio
 import logging
+import os
 import time
 
 from lavinmq._core.queue import Queue as CoreQueue
@@ -30,6 +31,11 @@ class Queue(CoreQueue):
         self.expires = None             # ms unused before the queue is deleted
         self.last_used = time.monotonic()
         self._expires_timer = None
+        self.default_consumer_timeout = None    # the broker's consumer_timeout setting
+        if self.arguments.get("x-single-active-consumer") is True:
+            self.set_single_active(True)
+        if os.path.exists(self._paused_path):
+            self.set_paused(True)
 
     @property
     def exclusive(self):
@@ -59,6 +65,9 @@ class Queue(CoreQueue):
                             max_length_bytes=settings.get("max-length-bytes"),
                             overflow=settings.get("overflow", "drop-head"),
                             dlx=dlx, dlrk=settings.get("dead-letter-routing-key") if dlx is not None else None)
+        self.set_delivery_limit(settings.get("delivery-limit"))
+        timeout = settings.get("consumer-timeout", self.default_consumer_timeout)
+        self.consumer_timeout = timeout or 0
         expires = settings.get("expires")
         if expires != self.expires:
             self.expires = expires
@@ -68,6 +77,26 @@ class Queue(CoreQueue):
         if self.dlx is None:
             return None
         return self.vhost.exchanges.get(self.dlx.decode("utf-8", "surrogateescape"))
+
+    # -- pause and resume (LavinMQ): a paused queue delivers nothing ------------------------
+
+    @property
+    def _paused_path(self):
+        return os.path.join(self.store.dir, "paused")
+
+    def pause(self):
+        """Kept across restarts by a `paused` file in the queue's directory."""
+        if not self.paused:
+            open(self._paused_path, "w").close()
+            self.set_paused(True)
+
+    def resume(self):
+        if self.paused:
+            try:
+                os.unlink(self._paused_path)
+            except FileNotFoundError:
+                pass
+            self.set_paused(False)
 
     # -- x-expires: deleted after being unused for that long --------------------------
 
