@@ -65,6 +65,8 @@ class Config:
     control_unix_path: str = ""         # "" = DATA_DIR/lavinmqctl.sock
     stats_interval: int = 5000          # ms between samples for the API's rates
     consumer_timeout: int | None = None  # ms an unacked delivery may be held (off: None, as LavinMQ)
+    default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
+    log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -153,6 +155,9 @@ OPTIONS = {
     "stats_interval": Option("int", (("main", "stats_interval"),), lo=100, hi=3_600_000),
     "consumer_timeout": Option("int", (("main", "consumer_timeout"), ("amqp", "consumer_timeout")),
                                lo=1, hi=2 ** 63 - 1, optional=True),
+    "default_consumer_prefetch": Option("int", (("main", "default_consumer_prefetch"),
+                                                ("amqp", "default_consumer_prefetch")), lo=0, hi=65535),
+    "log_exchange": Option("bool", (("main", "log_exchange"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -162,13 +167,13 @@ IGNORED_KEYS = {
     "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
              "tls_ktls",
              "stats_log_size", "socket_buffer_size", "tcp_nodelay",
-             "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size", "log_exchange",
+             "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size",
              "free_disk_warn", "load_definitions", "max_deleted_definitions",
-             "consumer_timeout_loop_interval", "auth_backends", "default_consumer_prefetch",
+             "consumer_timeout_loop_interval", "auth_backends",
              "default_consistent_hash_algorithm"},
     "amqp": {"unix_path", "tls_port", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
              "amqp_systemd_socket_name", "max_consumers_per_channel", "tls_cert", "tls_key",
-             "default_consumer_prefetch"},
+             },
     "mgmt": {"unix_path", "tls_port", "http_systemd_socket_name", "tls_cert", "tls_key"},
 }
 IGNORED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}

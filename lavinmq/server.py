@@ -117,6 +117,9 @@ class Server:
             log.info("AMQP listening on %s:%d", host, port)
         self.check_disk()
         self._housekeeping = loop.create_task(self._housekeep())
+        if self.config.log_exchange:
+            from lavinmq import log_exchange
+            self.log_handler = log_exchange.install(self)
 
     async def _housekeep(self):
         rounds = 0
@@ -170,6 +173,9 @@ class Server:
 
     async def stop(self):
         log.info("shutting down")
+        if getattr(self, "log_handler", None) is not None:
+            logging.getLogger().removeHandler(self.log_handler)
+            self.log_handler = None
         for server in self.listeners:
             server.close()
         if self.http:

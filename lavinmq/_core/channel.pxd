@@ -25,6 +25,7 @@ cdef class ConnState:
         public uint64_t recv_oct
         public bint throttle         # a queue it fed has consumers falling behind
         public object syncer         # lavinmq.sync.Syncer, None with sync off
+        public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read
         public uint64_t publishes    # messages published on this connection
 
@@ -71,6 +72,7 @@ cdef class Channel:
         public uint64_t publish_seq
         public uint64_t confirmed_seq
         bint in_confirm_dirty
+        public bytes direct_reply    # name of this channel's amq.rabbitmq.reply-to queue, or None
         list nack_seqs               # publishes to nack (store refused them), sorted; rare
         # transactions
         public bint tx
@@ -96,6 +98,7 @@ cdef class Channel:
 
     cdef int on_publish(self, const char *p, Py_ssize_t n) except -1
     cdef int on_header(self, const char *p, Py_ssize_t n) except -1
+    cdef int fix_props(self) except -1
     cdef int on_body(self, const char *p, Py_ssize_t n) except -1
     cdef int publish_complete(self) except -1
     cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, Py_ssize_t props_len,

@@ -1,13 +1,14 @@
 # cython: language_level=3
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport realloc, free
-from libc.string cimport memcmp, memmove
+from libc.string cimport memcmp, memmove, memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from lavinmq._core.buffer cimport (
-    WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be64, put_le64,
+    WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be64, put_le64, le16, put_le16,
 )
 from lavinmq._core.codec cimport props_convert
+from lavinmq._core.props cimport prop_offset, prop_offset_insert, parse_expiration, P_EXPIRATION, P_REPLY_TO, P_TIMESTAMP
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
 from lavinmq._core.routing cimport Exchange
 from lavinmq._core.segment cimport SP, record_parts
@@ -213,6 +214,8 @@ cdef class Channel:
             raise FrameError("content header has bytes after its properties")
         self.rec.len += plen
         self.props_len = plen
+        if le16(self.rec.buf + self.props_off) & 0x0300 or self.state.set_timestamp:
+            self.fix_props()        # reply-to / expiration / a missing timestamp: rare
         put_le64(self.rec.buf, self.state.now_ms)
         self.rec.reserve(8)
         put_le64(self.rec.buf + self.rec.len, body_size)
@@ -221,6 +224,44 @@ cdef class Channel:
         if body_size == 0:
             return self.publish_complete()
         self.pstate = PS_BODY
+        return 0
+
+    cdef int fix_props(self) except -1:
+        """The properties of the publish being assembled (the tail of rec):
+        refuse a bad expiration, point reply-to amq.rabbitmq.reply-to at
+        this channel's direct reply-to queue, add a timestamp if asked."""
+        cdef char *props = self.rec.buf + self.props_off
+        cdef Py_ssize_t off, n, diff
+        cdef uint16_t flags = le16(props)
+        cdef bytes name
+        if flags & 0x0100:
+            off = prop_offset(props, P_EXPIRATION)
+            if parse_expiration(props + off + 1, <uint8_t>props[off]) < 0:
+                raise PreconditionFailed(f"invalid expiration '{props[off + 1:off + 1 + <uint8_t>props[off]].decode(errors='replace')}'", 60, 40)
+        if flags & 0x0200:
+            off = prop_offset(props, P_REPLY_TO)
+            n = <uint8_t>props[off]
+            if n == 21 and memcmp(props + off + 1, b"amq.rabbitmq.reply-to", 21) == 0:
+                name = self.direct_reply
+                if name is None:
+                    raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
+                diff = PyBytes_GET_SIZE(name) - n
+                self.rec.reserve(diff)
+                props = self.rec.buf + self.props_off
+                memmove(props + off + 1 + n + diff, props + off + 1 + n, self.props_len - off - 1 - n)
+                props[off] = <char>PyBytes_GET_SIZE(name)
+                memcpy(props + off + 1, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))
+                self.props_len += diff
+                self.rec.len += diff
+        if self.state.set_timestamp and not (flags & 0x0040):
+            off = prop_offset_insert(props, P_TIMESTAMP)
+            self.rec.reserve(8)
+            props = self.rec.buf + self.props_off
+            memmove(props + off + 8, props + off, self.props_len - off)
+            put_le64(props + off, self.state.now_ms // 1000)
+            put_le16(props, le16(props) | 0x0040)
+            self.props_len += 8
+            self.rec.len += 8
         return 0
 
     cdef int on_body(self, const char *p, Py_ssize_t n) except -1:

@@ -53,6 +53,17 @@ cdef inline Py_ssize_t prop_offset(const char *props, int index) noexcept nogil:
     return pos
 
 
+cdef inline Py_ssize_t prop_offset_insert(const char *props, int index) noexcept nogil:
+    """Where property `index` is, or would go if it were added."""
+    cdef uint16_t flags = le16(props)
+    cdef Py_ssize_t pos = 2
+    cdef int i
+    for i in range(index):
+        if flags & (1 << (15 - i)):
+            pos += prop_field_size(props + pos, i)
+    return pos
+
+
 cdef inline bint has_prop(const char *props, int index) noexcept nogil:
     return (le16(props) & (1 << (15 - index))) != 0
 

@@ -14,11 +14,14 @@ from lavinmq.exchange import DefaultExchange
 
 log = logging.getLogger("lavinmq.channel")
 
+DIRECT_REPLY = "amq.rabbitmq.reply-to"
+
 
 class AMQPChannel(CoreChannel):
     # class-level, so the cdef class needs no extra fields
     def __init__(self, connection, channel_id):
         super().__init__(connection.state, channel_id)
+        self.prefetch_consumer = connection.config.default_consumer_prefetch    # until basic.qos says otherwise
         self.connection = connection
         self.vhost = connection.vhost
         self.user = connection.user
@@ -93,6 +96,11 @@ class AMQPChannel(CoreChannel):
     def queue_declare(self, args):
         _, name, passive, durable, exclusive, auto_delete, nowait, arguments = args
         conn = self.connection
+        if passive and name == DIRECT_REPLY:
+            # clients check that direct reply-to is there, as RabbitMQ allows
+            if not nowait:
+                self.send(50, 11, (name, 0, 0))
+            return
         if not passive and name:
             self.can_configure(name, "queue", 50, 10)
         q = self.vhost.declare_queue(name, durable, conn if exclusive else None, auto_delete,
@@ -164,6 +172,8 @@ class AMQPChannel(CoreChannel):
 
     def basic_consume(self, args):
         _, queue, tag, no_local, no_ack, exclusive, nowait, arguments = args
+        if queue == DIRECT_REPLY:
+            queue = self._direct_reply_queue(no_ack)
         queue = self._queue_name(queue)
         self.can_read(queue, "queue", 60, 20)
         q = self.vhost.get_queue(queue, 60, 20, self.connection)
@@ -185,6 +195,23 @@ class AMQPChannel(CoreChannel):
             self.send(60, 21, (tag,))
         q.add_consumer(c)
 
+    def _direct_reply_queue(self, no_ack):
+        """RabbitMQ's direct reply-to: a no-ack consumer on the pseudo-queue
+        gets a queue of this channel's own; publishes from this channel with
+        reply_to amq.rabbitmq.reply-to are given its name (in _core), and
+        replies to that name reach this consumer only."""
+        if not no_ack:
+            raise PreconditionFailed("reply consumer cannot acknowledge", 60, 20)
+        if self.direct_reply is not None:
+            raise PreconditionFailed("reply consumer already set", 60, 20)
+        conn = self.connection
+        name = DIRECT_REPLY + "." + base64.urlsafe_b64encode(secrets.token_bytes(18)).decode()
+        q = self.vhost.declare_queue(name, False, conn, True, {}, persist=False, connection=conn)
+        q.direct_reply = True
+        conn.exclusive_queues.append(q)
+        self.direct_reply = name.encode()
+        return name
+
     def basic_cancel(self, args):
         tag, nowait = args
         c = self.consumers.pop(tag, None)
@@ -195,6 +222,8 @@ class AMQPChannel(CoreChannel):
 
     def _remove_consumer(self, c):
         q = c.queue
+        if getattr(q, "direct_reply", False):
+            self.direct_reply = None
         q.remove_consumer(c)
         self.release_consumer_slot(c)
         if q.auto_delete and q.had_consumers and not q.consumers and q.name in self.vhost.queues:

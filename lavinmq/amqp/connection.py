@@ -46,6 +46,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.channel_max = self.config.channel_max
         self.frame_max = self.config.frame_max
         self.state.max_message_size = self.config.max_message_size
+        self.state.set_timestamp = self.config.set_timestamp
         self.state.syncer = server.syncer
         self.heartbeat_interval = self.config.heartbeat
         self.vhost = None

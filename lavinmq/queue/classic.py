@@ -23,6 +23,7 @@ class Queue(CoreQueue):
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.had_consumers = False
+        self.direct_reply = False       # a channel's amq.rabbitmq.reply-to queue
         self.routing_version = vhost.routing_version
         self.policy = None              # name of the policy that applies
         self.operator_policy = None

@@ -1,0 +1,87 @@
+"""LavinMQ settings that change what clients see: set_timestamp,
+default_consumer_prefetch, log_exchange."""
+import time
+
+import pika
+import pytest
+
+from tests.conftest import BrokerProcess, unique
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("settings")
+    ini = tmp / "lavinmq.ini"
+    ini.write_text("[main]\nset_timestamp = true\ndefault_consumer_prefetch = 2\nlog_exchange = true\n")
+    b = BrokerProcess(tmp / "data", extra_args=["-c", str(ini)]).start()
+    yield b
+    b.stop()
+    b.check_clean()
+
+
+def connect(b):
+    return pika.BlockingConnection(pika.URLParameters(b.url))
+
+
+def test_set_timestamp_fills_in_only_missing_timestamps(tuned):
+    c = connect(tuned)
+    ch = c.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    before = int(time.time())
+    ch.basic_publish("", q, b"none", pika.BasicProperties(content_type="text/plain", reply_to="r"))
+    ch.basic_publish("", q, b"own", pika.BasicProperties(timestamp=12345))
+    _, p1, b1 = ch.basic_get(q, auto_ack=True)
+    _, p2, b2 = ch.basic_get(q, auto_ack=True)
+    assert b1 == b"none" and before <= p1.timestamp <= int(time.time()) + 1
+    assert p1.content_type == "text/plain" and p1.reply_to == "r"
+    assert b2 == b"own" and p2.timestamp == 12345
+    c.close()
+
+
+def test_default_consumer_prefetch_without_qos(tuned):
+    c = connect(tuned)
+    ch = c.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    for i in range(5):
+        ch.basic_publish("", q, b"%d" % i)
+    got = []
+    ch.basic_consume(q, lambda _c, m, p, b: got.append(m))
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        c.process_data_events(time_limit=0.05)
+    assert len(got) == 2        # no basic.qos: the default prefetch applies
+    ch.basic_ack(got[-1].delivery_tag, multiple=True)
+    deadline = time.monotonic() + 1
+    while len(got) < 4 and time.monotonic() < deadline:
+        c.process_data_events(time_limit=0.05)
+    assert len(got) == 4
+    c.close()
+
+
+def test_log_lines_on_the_log_exchange(tuned):
+    c = connect(tuned)
+    ch = c.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "amq.lavinmq.log", "#")
+    # something that logs: a failed login
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(pika.URLParameters(tuned.url.replace("guest:guest", "guest:wrong")))
+    deadline = time.monotonic() + 3
+    lines = []
+    while time.monotonic() < deadline and not any(b"login refused" in b for _, _, b in lines):
+        m, p, body = ch.basic_get(q, auto_ack=True)
+        if m is None:
+            time.sleep(0.05)
+            continue
+        lines.append((m, p, body))
+    hits = [(m, p, b) for m, p, b in lines if b"login refused" in b]
+    assert hits, lines
+    m, p, body = hits[0]
+    assert m.routing_key == "warn" and p.content_type == "text/plain"
+    assert body.startswith(b"lavinmq.connection - ")
+    # it is internal: clients cannot publish to it
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.basic_publish("amq.lavinmq.log", "info", b"fake")
+        ch.queue_declare(unique("x"), exclusive=True)
+    assert e.value.reply_code == 403
+    c.close()
