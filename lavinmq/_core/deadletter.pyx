@@ -461,3 +461,27 @@ cdef Py_ssize_t build_with_int_header(WriteBuffer out, const char *rec, const ch
     out.len += 8
     out.write_raw(props + pos + 8, <Py_ssize_t>bodylen)
     return out.len
+
+
+cdef int find_header(const char *rec, const char *key, Py_ssize_t klen, const char **val,
+                     Py_ssize_t *vlen) except -1:
+    cdef const char *props = rec + record_props_offset(rec)
+    cdef uint16_t flags = le16(props)
+    cdef Py_ssize_t pos = 2, hlen
+    cdef const char *hdr
+    cdef Field f
+    cdef int i
+    if not flags & (1 << (15 - P_HEADERS)):
+        return 0
+    for i in range(P_HEADERS):
+        if flags & (1 << (15 - i)):
+            pos += prop_field_size(props + pos, i)
+    hlen = le32(props + pos)
+    hdr = props + pos + 4
+    pos = 0
+    while next_field(hdr, hlen, &pos, &f) == 1:
+        if key_is(&f, key, klen):
+            val[0] = f.val
+            vlen[0] = f.vlen
+            return 1
+    return 0

@@ -6,6 +6,7 @@
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from lavinmq._core.segment cimport MessageStore, SP
 from lavinmq._core.routing cimport Exchange, RoutingVersion
+from lavinmq._core.dedup cimport Deduper
 
 cdef enum:
     OVERFLOW_DROP_HEAD = 0
@@ -92,6 +93,7 @@ cdef class Queue:
         readonly int64_t delivery_limit     # -1: none
         CountMap deliveries                 # sp -> deliveries so far, with a delivery limit
         public uint64_t consumer_timeout    # ms, 0: none
+        public Deduper dedup                # x-message-deduplication, or None
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1

@@ -221,6 +221,8 @@ cdef class Queue:
         cdef SP sp
         cdef MessageStore st = self.store
         cdef bint own_ttl
+        if self.dedup is not None and self.dedup.seen(rec):
+            return 0        # a duplicate: dropped, and still confirmed
         if self.overflow != OVERFLOW_DROP_HEAD and (self.max_length >= 0 or self.max_length_bytes >= 0):
             if ((self.max_length >= 0 and <int64_t>st.ready >= self.max_length)
                     or (self.max_length_bytes >= 0
@@ -522,7 +524,11 @@ cdef class Queue:
 
     cdef void update_ext(self):
         self.ext = (self.ttl >= 0 or self.msg_ttl or self.max_length >= 0 or self.max_length_bytes >= 0
-                    or self.dlx is not None)
+                    or self.dlx is not None or self.dedup is not None)
+
+    def set_dedup(self, dedup):
+        self.dedup = dedup
+        self.update_ext()
 
     cdef const char *get(self, SP *sp, bint *redelivered, bint no_ack) except? NULL:
         cdef const char *rec

@@ -13,6 +13,14 @@ from lavinmq.args import check_equivalent
 log = logging.getLogger("lavinmq.queue")
 
 
+def make_deduper(arguments):
+    """x-message-deduplication's companions, as LavinMQ reads them."""
+    from lavinmq._core.dedup import Deduper
+    header = arguments.get("x-deduplication-header")
+    return Deduper(header if isinstance(header, str) else None,
+                   arguments.get("x-cache-size") or 128, arguments.get("x-cache-ttl") or None)
+
+
 class Queue(CoreQueue):
 
     def __init__(self, vhost, name, store, durable=True, exclusive_owner=None,
@@ -35,6 +43,8 @@ class Queue(CoreQueue):
         self.default_consumer_timeout = None    # the broker's consumer_timeout setting
         if self.arguments.get("x-single-active-consumer") is True:
             self.set_single_active(True)
+        if self.arguments.get("x-message-deduplication") is True:
+            self.set_dedup(make_deduper(self.arguments))
         if os.path.exists(self._paused_path):
             self.set_paused(True)
 
