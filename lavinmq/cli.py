@@ -77,7 +77,15 @@ def main(argv=None) -> int:
         return 2
     try:
         from lavinmq import server   # imported late: --help must not pay for the broker's imports
-        return server.run(config)
+        from lavinmq.listener import ListenError
+        try:
+            return server.run(config)
+        except (ConfigError, ListenError) as exc:
+            # a port in use, a certificate that does not load: one line, no traceback
+            if config.log_file:
+                log.error("%s", exc)
+            print(f"lavinmq: error: {exc}", file=sys.stderr)
+            return 2
     finally:
         if lock is not None:
             lock.release()

@@ -34,6 +34,11 @@ class Server:
         self.disk_alarm = False
         self.started = time.monotonic()
         self.http = None
+        from lavinmq import tls
+        from lavinmq.listener import ConnectionGuard
+        self.guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
+        # built before anything opens: a bad certificate stops the start naming the setting
+        self.tls_context = tls.new_context(config) if tls.enabled(config) else None
         self._load_vhosts()
 
     # -- vhosts ------------------------------------------------------------------
@@ -98,15 +103,23 @@ class Server:
         from lavinmq.http.app import HTTPServer
         self.http = HTTPServer(self)
         await self.http.start()
-        server = await loop.create_server(
-            lambda: AMQPConnection(self), self.config.amqp_bind, self.config.amqp_port,
-            reuse_address=True, backlog=1024)
-        self.listeners.append(server)
-        for sock in server.sockets:
-            host, port = sock.getsockname()[:2]
-            log.info("AMQP listening on %s:%d", host, port)
+        cfg = self.config
+        log.info("connection limits: %d in all, %d per source address; handshake timeout %d s",
+                 self.guard.max_total, self.guard.max_per_address, cfg.handshake_timeout)
+        if cfg.amqp_port:
+            self._listen(cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", None)
+        if cfg.amqps_port and self.tls_context is not None:
+            self._listen(cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", self.tls_context)
         self.check_disk()
         self._housekeeping = loop.create_task(self._housekeep())
+
+    def _listen(self, port, what, setting, ssl_context):
+        from lavinmq.listener import Listener, bind_sockets
+        socks = bind_sockets(self.config.amqp_bind, port, what, setting)
+        listener = Listener(socks, lambda: AMQPConnection(self), self.guard, what.rsplit(" ", 1)[0],
+                            ssl_context, handshake_timeout=self.config.handshake_timeout)
+        listener.start()
+        self.listeners.append(listener)
 
     async def _housekeep(self):
         rounds = 0
@@ -155,9 +168,35 @@ class Server:
         self.config.free_disk_min = fresh.free_disk_min
         log.info("config reloaded: free_disk_min %d", fresh.free_disk_min)
         self.check_disk()
+        self._reload_tls(fresh)
 
-    async def stop(self):
-        log.info("shutting down")
+    def _reload_tls(self, fresh):
+        from lavinmq import tls
+        if self.tls_context is None:
+            if tls.enabled(fresh):
+                log.warning("enabling TLS requires a restart")
+            return
+        if not tls.enabled(fresh):
+            log.warning("disabling TLS requires a restart; the certificate in use stays")
+            return
+        try:
+            ctx = tls.new_context(fresh)
+        except Exception as exc:
+            log.error("TLS reload failed, the certificate in use stays: %s", exc)
+            return
+        for name in ("tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_verify_peer", "tls_ca_cert"):
+            setattr(self.config, name, getattr(fresh, name))
+        self.tls_context = ctx
+        for listener in self.listeners:
+            if listener.ssl is not None:
+                listener.ssl = ctx
+        if self.http:
+            self.http.set_tls_context(ctx)
+        log.info("TLS certificate reloaded from %s", fresh.tls_cert)
+
+    async def stop(self, quiet=False):
+        if not quiet:
+            log.info("shutting down")
         for server in self.listeners:
             server.close()
         if self.http:
@@ -175,14 +214,18 @@ class Server:
             conn._close_transport()
         for vhost in self.vhosts.values():
             vhost.close()
-        for server in self.listeners:
-            await server.wait_closed()
-        log.info("stopped")
+        if not quiet:
+            log.info("stopped")
 
 
 async def serve(config):
+    from lavinmq.listener import ListenError
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except ListenError:
+        await server.stop(quiet=True)
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,12 +11,14 @@ from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.auth.users import is_loopback_address
+from lavinmq.listener import RateLimitedLog
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, SyntaxError_, UnexpectedFrame,
 )
 
 log = logging.getLogger("lavinmq.connection")
+_handshake_log = RateLimitedLog(log, logging.INFO)
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -51,6 +53,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.last_queue = None
         self.peer = ("?", 0)
         self.name = "?"
+        self.phase_opened = False
+        self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
+        self.tls = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -61,6 +66,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.peer = peer
         self.local = local
         self.connected_at = int(time.time() * 1000)
+        self.accepted = time.monotonic()    # handshake_timeout counts from here
+        self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
         self.server.connections.add(self)
         log.debug("connection from %s", self.name)
@@ -74,7 +81,12 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self._cleanup()
         self.transport = None
         self.release_buffer()
-        log.debug("connection %s closed", self.name)
+        if self.ticket is not None:
+            self.ticket.release()
+        if self.user is not None and self.phase_opened:
+            log.info("connection %s closed (user %s)", self.name, self.user.name)
+        else:
+            log.debug("connection %s closed", self.name)
 
     def set_blocked(self, blocked, reason="low on disk"):
         """A resource alarm starts or ends: tell clients that asked
@@ -247,6 +259,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.vhost = vhost
         vhost.connections.add(self)
         self.phase = 2
+        self.phase_opened = True
         self.send_method(0, 10, 41, ("",))
         self.state.blocked = self.server.disk_alarm
         if self.state.blocked and self.capabilities.get("connection.blocked"):
@@ -321,6 +334,14 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     # -- heartbeats (driven by the server's housekeeping timer) ----------------------
 
     def check_heartbeat(self, now):
+        if self.phase < 2 and now - self.accepted > self.config.handshake_timeout:
+            # no login within handshake_timeout: the socket goes, whatever it sent
+            _handshake_log("%s: no connection.open within %d s (handshake_timeout), closed", self.name,
+                           self.config.handshake_timeout)
+            self.phase = 4
+            if self.transport is not None:
+                self.transport.abort()
+            return
         if self.phase != 2 or not self.heartbeat_interval:
             return
         if now - self.last_recv > 2 * self.heartbeat_interval:

@@ -3,6 +3,7 @@ aiohttp application, Basic auth by the broker's users with RabbitMQ's tag
 rules, JSON errors, list query parameters, and the listeners: the TCP
 management port, the control UNIX socket (lavinmqctl) and the
 metrics-only port."""
+import asyncio
 import json
 import logging
 import os
@@ -107,8 +108,12 @@ def require_vhost(request, vhost):
 
 
 async def body_json(request):
+    """The request's JSON object, read within http_read_timeout."""
     try:
-        data = await request.json() if request.can_read_body else {}
+        async with asyncio.timeout(request.app["server"].config.http_read_timeout):
+            data = await request.json() if request.can_read_body else {}
+    except TimeoutError:
+        raise HTTPError(408, "request body not received in time (http_read_timeout)")
     except ValueError as exc:
         raise HTTPError(400, f"Malformed JSON: {exc}")
     if not isinstance(data, dict):
@@ -205,40 +210,63 @@ class HTTPServer:
         from lavinmq.http.stats import Sampler
         self.server = server
         self.runners = []
+        self.listeners = []         # lavinmq.listener.Listener (TCP, TLS)
+        self.unix_servers = []
         self.sampler = Sampler(server, server.config.stats_interval)
 
     async def start(self):
+        from lavinmq.http import listen
         cfg = self.server.config
+        guard = self.server.guard
+        timeout = cfg.http_read_timeout
         self.sampler.start()
+        mgmt = await self._runner(build_app(self.server))
         if cfg.http_port:
-            await self._site(build_app(self.server), "tcp", cfg.http_bind, cfg.http_port, "management")
-        path = cfg.control_unix_path or os.path.join(cfg.data_dir, "lavinmqctl.sock")
-        await self._site(build_app(self.server), "unix", path, None, "control")
+            self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.http_port, "HTTP port",
+                                                      "--http-port / [mgmt] port", timeout))
+        if cfg.https_port and self.server.tls_context is not None:
+            self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.https_port, "HTTPS port",
+                                                      "--https-port / [mgmt] tls_port", timeout,
+                                                      self.server.tls_context))
+        path = self.control_path
+        control = await self._runner(build_app(self.server))
+        self.unix_servers.append(await listen.unix_server(control, path, timeout))
         if cfg.metrics_http_port:
-            await self._site(build_app(self.server, open_access=True), "tcp", cfg.metrics_http_bind,
-                             cfg.metrics_http_port, "metrics")
+            metrics = await self._runner(build_app(self.server, open_access=True))
+            self.listeners.append(listen.tcp_listener(metrics, guard, cfg.metrics_http_bind, cfg.metrics_http_port,
+                                                      "metrics port",
+                                                      "--metrics-http-port / [main] metrics_http_port", timeout))
 
-    async def _site(self, app, kind, host, port, what):
+    @property
+    def control_path(self):
+        cfg = self.server.config
+        return cfg.control_unix_path or os.path.join(cfg.data_dir, "lavinmqctl.sock")
+
+    def set_tls_context(self, ctx):
+        for listener in self.listeners:
+            if listener.ssl is not None:
+                listener.ssl = ctx
+
+    async def _runner(self, app):
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        if kind == "tcp":
-            site = web.TCPSite(runner, host, port, reuse_address=True)
-        else:
-            try:
-                os.unlink(host)
-            except FileNotFoundError:
-                pass
-            site = web.UnixSite(runner, host)
-        await site.start()
-        if kind == "unix":
-            os.chmod(host, 0o660)
         self.runners.append(runner)
-        log.info("HTTP %s listening on %s", what, host if kind == "unix" else f"{host}:{port}")
+        return runner
 
     async def stop(self):
         self.sampler.stop()
+        for listener in self.listeners:
+            listener.close()
+        for server in self.unix_servers:
+            server.close()
         for runner in self.runners:
             await runner.cleanup()
+        # a clean stop leaves no socket file behind (a crash leaves one, replaced at the next start)
+        try:
+            if self.unix_servers:
+                os.unlink(self.control_path)
+        except OSError:
+            pass
 
 
 def dumps(value):
