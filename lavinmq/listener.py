@@ -37,13 +37,24 @@ def fd_limit():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def default_max_connections(limit=None):
+def map_limit():
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
+
+
+def default_max_connections(limit=None, maps=None):
     """Sockets may use the open-file limit less a reserve for segment files,
-    ack files, definitions and the like: a quarter of it, at least 256."""
+    ack files, definitions and the like: a quarter of it, at least 256.
+    Each connection's read buffer is a memory map of its own, so at most
+    half of vm.max_map_count too (the other half is for segments)."""
     limit = fd_limit() if limit is None else limit
     if limit == resource.RLIM_INFINITY or limit <= 0:
         limit = 1 << 20
-    return max(16, limit - max(256, limit // 4))
+    maps = map_limit() if maps is None else maps
+    return max(16, min(limit - max(256, limit // 4), maps // 2))
 
 
 class RateLimitedLog:

@@ -178,7 +178,8 @@ def test_lock_held_by_another_process(tmp_path, locked_by_other_process, runs, c
     assert (tmp_path / ".lock").read_text().strip() == str(pid)
     assert cli.main(["-D", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        f"lavinmq: error: data directory {tmp_path} is locked by another lavinmq process (pid {pid})\n")
+        f"lavinmq: error: data directory {tmp_path} (--data-dir / [main] data_dir) is locked by another "
+        f"lavinmq process (pid {pid})\n")
     assert runs == []
     with pytest.raises(ConfigError, match=f"pid {pid}"):
         with DataDirLock(str(tmp_path)):

@@ -127,7 +127,7 @@ def connection(conn, now=None):
             "peer_host": conn.peer[0], "peer_port": conn.peer[1],
             "host": conn.local[0] if hasattr(conn, "local") else None,
             "port": conn.local[1] if hasattr(conn, "local") else None,
-            "ssl": False, "type": "network", "connected_at": getattr(conn, "connected_at", None),
+            "ssl": bool(getattr(conn, "tls", False)), "type": "network", "connected_at": getattr(conn, "connected_at", None),
             "client_properties": _jsonable(conn.client_properties),
             "send_oct": st.send_oct, "recv_oct": st.recv_oct,
             "send_oct_details": rate((rates_for(id(conn)) or {}).get("send_oct")),
