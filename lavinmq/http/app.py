@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 
 from aiohttp import web
 
@@ -128,10 +127,7 @@ def listing(request, items):
     name = q.get("name")
     if name:
         if q.get("use_regex") == "true":
-            try:
-                rx = re.compile(name)
-            except re.error as exc:
-                raise HTTPError(400, f"bad regex: {exc}")
+            rx = linear_regex(name)
             items = [i for i in items if rx.search(str(i.get("name", "")))]
         else:
             items = [i for i in items if name in str(i.get("name", ""))]
@@ -161,6 +157,26 @@ def listing(request, items):
                                   "page": page, "page_count": max(1, -(-total // size)),
                                   "page_size": size, "total_count": total})
     return web.json_response(items)
+
+
+MAX_FILTER_REGEX = 1024       # characters
+
+
+def linear_regex(pattern):
+    """A client's regex, matched in linear time (RE2: no backtracking, so no
+    pattern can stall the event loop; backreferences and lookarounds are
+    refused with a 400)."""
+    import re2
+    if len(pattern) > MAX_FILTER_REGEX:
+        raise HTTPError(400, f"regex longer than {MAX_FILTER_REGEX} characters")
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 8 << 20
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise HTTPError(400, f"bad regex: {reason}")
 
 
 def _pick(item, cols):
