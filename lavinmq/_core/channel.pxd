@@ -27,6 +27,7 @@ cdef class ConnState:
         public object syncer         # lavinmq.sync.Syncer, None with sync off
         public bint blocked          # resource alarm (disk): publishers are not read
         public uint64_t publishes    # messages published on this connection
+        public bytes user_id         # a user_id property must equal this; None = any (impersonator)
 
     cdef int mark_dirty(self) except -1
 

@@ -228,6 +228,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)
         self.user = user
+        # publishes may only carry this user_id (checked in _core, only for messages that have one)
+        self.state.user_id = None if "impersonator" in user.tags else user.name.encode("utf-8", "surrogateescape")
         self.send_method(0, 10, 30, (self.channel_max, self.frame_max, self.heartbeat_interval))
 
     def _tune_ok(self, channel_max, frame_max, heartbeat):

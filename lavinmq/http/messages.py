@@ -59,6 +59,8 @@ async def publish(request):
     user = request["user"]
     if not user.can_write(vhost.name, ex.name):
         raise HTTPError(403, f"write access to exchange '{ex.name}' refused for user '{user.name}'")
+    if ex.internal:
+        raise HTTPError(403, f"cannot publish to internal exchange '{ex.name}' in vhost '{vhost.name}'")
     body = await body_json(request)
     for key in ("routing_key", "payload", "payload_encoding"):
         if key not in body:
@@ -73,6 +75,10 @@ async def publish(request):
     else:
         raise HTTPError(400, "payload_encoding must be string or base64")
     props = _check_props(body.get("properties") or {})
+    uid = props.get("user_id")
+    if uid is not None and uid != user.name and "impersonator" not in user.tags:
+        raise HTTPError(400, f"PRECONDITION_FAILED - user_id property set to '{uid}' but authenticated user "
+                             f"was '{user.name}'")
     rk = str(body["routing_key"])
     rec = build_record(ex.name, rk, props, payload)
     queues, _ = ex.resolve(rk, props.get("headers") or {})
@@ -93,6 +99,7 @@ async def get(request):
     user = request["user"]
     if not user.can_read(vhost.name, q.name):
         raise HTTPError(403, f"read access to queue '{q.name}' refused for user '{user.name}'")
+    vhost.check_exclusive(q, None, 60, 70)
     body = await body_json(request)
     count = body.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:

@@ -236,10 +236,17 @@ async def put_queue(request):
     return created(existed)
 
 
+def _not_exclusive(vhost, q, method_id):
+    """Another connection's exclusive queue is not the API's to touch, as
+    over AMQP (405 RESOURCE_LOCKED, answered 400 like RabbitMQ's API)."""
+    vhost.check_exclusive(q, None, 50, method_id)
+
+
 async def delete_queue(request):
     require(request, MANAGEMENT)
     vhost, q = _queue(request)
     _check_user(request, "configure", vhost, q.name)
+    _not_exclusive(vhost, q, 40)
     vhost.delete_queue(q.name, if_unused=request.query.get("if-unused") == "true",
                        if_empty=request.query.get("if-empty") == "true")
     return web.Response(status=NO_CONTENT)
@@ -249,6 +256,7 @@ async def purge_queue(request):
     require(request, MANAGEMENT)
     vhost, q = _queue(request)
     _check_user(request, "read", vhost, q.name)
+    _not_exclusive(vhost, q, 30)
     q.purge()
     return web.Response(status=NO_CONTENT)
 
@@ -328,7 +336,9 @@ async def binding_by_key(request):
         if b.destination is dest and shapes.properties_key(b.routing_key, b.arguments) == key:
             if request.method == "GET":
                 return web.json_response(shapes.binding(vhost, b))
+            # as queue.unbind/exchange.unbind: write on the destination, read on the source
             _check_user(request, "write", vhost, dest.name)
+            _check_user(request, "read", vhost, src.name)
             if kind == "q":
                 vhost.unbind_queue(dest.name, src.name, b.routing_key, b.arguments)
             else:
@@ -363,13 +373,13 @@ def save_policies(vhost):
 
 
 async def list_policies(request):
-    require(request, MANAGEMENT)
+    require(request, POLICYMAKER)
     return listing(request, [dict(p, vhost=v.name, name=n)
                              for v in _all_vhosts(request) for n, p in policies_of(v).items()])
 
 
 async def get_policy(request):
-    require(request, MANAGEMENT)
+    require(request, POLICYMAKER)
     p = policies_of(vhost_of(request)).get(request.match_info["name"])
     if p is None:
         raise not_found()

@@ -27,10 +27,34 @@ def totals(server):
     return queues, conns, chans
 
 
+def _visible_totals(request):
+    """Administrators and monitoring see the whole broker; other users the
+    vhosts they have permissions on, as RabbitMQ's overview."""
+    server = request.app["server"]
+    user = request["user"]
+    queues, conns, chans = totals(server)
+    if user.is_administrator or "monitoring" in user.tags:
+        return queues, conns, chans, list(server.vhosts.values())
+    vhosts = [v for n, v in server.vhosts.items() if user.can_access(n)]
+    conns = [c for c in conns if c.vhost in vhosts]
+    return ([q for q in queues if q.vhost in vhosts], conns,
+            [ch for c in conns for ch in c.channels if ch is not None], vhosts)
+
+
+def _rates(server, vhosts):
+    if len(vhosts) == len(server.vhosts):
+        return rates_for("overall")
+    out = {}
+    for v in vhosts:
+        for k, r in (rates_for(("vhost", v.name)) or {}).items():
+            out[k] = out.get(k, 0) + r
+    return out
+
+
 async def overview(request):
     require(request, MANAGEMENT)
     server = request.app["server"]
-    queues, conns, chans = totals(server)
+    queues, conns, chans, vhosts = _visible_totals(request)
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked_count for q in queues)
     return web.json_response({
@@ -42,12 +66,12 @@ async def overview(request):
                            for t in ("direct", "fanout", "headers", "topic")],
         "object_totals": {"connections": len(conns), "channels": len(chans),
                           "consumers": sum(len(q.consumers) for q in queues), "queues": len(queues),
-                          "exchanges": sum(len(v.exchanges) for v in server.vhosts.values())},
+                          "exchanges": sum(len(v.exchanges) for v in vhosts)},
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
                          "messages_unacknowledged": unacked},
         "message_stats": shapes.stats({"publish": sum(q.publish_count for q in queues),
                                        "deliver": sum(q.deliver_count for q in queues),
-                                       "ack": sum(q.ack_count for q in queues)}, rates_for("overall")),
+                                       "ack": sum(q.ack_count for q in queues)}, _rates(server, vhosts)),
         "listeners": [{"node": shapes.NODE, "protocol": "amqp", "ip_address": server.config.amqp_bind,
                        "port": server.config.amqp_port}],
     })
@@ -102,6 +126,10 @@ async def get_connection(request):
 async def delete_connection(request):
     require(request, MANAGEMENT)
     conn = _connection(request)
+    user = request["user"]
+    # monitoring may look at every connection; closing one is for administrators or its own user
+    if not user.is_administrator and (conn.user is None or conn.user.name != user.name):
+        raise HTTPError(403, "Access refused.")
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     conn.close(320, f"CONNECTION_FORCED - {reason}")
     return web.Response(status=204)
