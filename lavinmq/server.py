@@ -28,6 +28,9 @@ class Server:
         self.connections = set()
         self.vhosts = {}
         self.users = UserStore.from_config(config)
+        self.users.on_change = self.user_changed
+        from lavinmq.auth.throttle import LoginThrottle
+        self.login_throttle = LoginThrottle()
         self.syncer = Syncer(self.data_dir) if config.sync else None
         self.listeners = []
         self._housekeeping = None
@@ -94,6 +97,23 @@ class Server:
         self.users.remove_vhost(name)
         self._save_vhosts()
         return True
+
+    def user_changed(self, name, vhost):
+        """A user was deleted or its permissions on vhost (None: all) changed:
+        its open connections follow at once, as new ones would."""
+        user = self.users.get(name)
+        for conn in list(self.connections):
+            if conn.user is None or conn.user.name != name or conn.vhost is None:
+                continue
+            if vhost is not None and conn.vhost.name != vhost:
+                continue
+            if user is None or conn.user is not user:
+                conn.close(320, f"CONNECTION_FORCED - user '{name}' was deleted")
+            elif not user.can_access(conn.vhost.name):
+                conn.close(320, f"CONNECTION_FORCED - access to vhost '{conn.vhost.name}' revoked for "
+                                f"user '{name}'")
+            else:
+                conn.permissions_changed()
 
     # -- lifecycle -----------------------------------------------------------------
 

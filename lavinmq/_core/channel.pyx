@@ -277,6 +277,11 @@ cdef class Channel:
         self.ex_cache = ex
         return ex
 
+    def forget_exchange(self):
+        """Permissions changed: the next publish looks its exchange up (and
+        checks write access) again."""
+        self.ex_cache = None
+
     def lookup_exchange(self, str name):
         """-> Exchange the user may publish to, or raise (404/403).
         Implemented by the control plane's subclass."""

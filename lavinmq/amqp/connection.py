@@ -19,6 +19,7 @@ from lavinmq.errors import (
 
 log = logging.getLogger("lavinmq.connection")
 _handshake_log = RateLimitedLog(log, logging.INFO)
+_login_log = RateLimitedLog(log, logging.WARNING)
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -218,12 +219,23 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                 pass
         else:
             raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
-        user = self.server.users.authenticate(username, password) if username is not None else None
-        if user is not None and getattr(user, "loopback_only", False) and not is_loopback_address(self.peer[0]):
-            log.warning("user %s may only connect from loopback, refused from %s", username, self.peer[0])
+        throttle = getattr(self.server, "login_throttle", None)
+        address = self.peer[0] if isinstance(self.peer[0], str) else ""
+        if throttle is not None and throttle.blocked_for(address):
+            # backing off: refused without looking at the password
             user = None
+            _login_log("login refused for user %r from %s: too many failed logins, backing off", username,
+                       address)
+        else:
+            user = self.server.users.authenticate(username, password) if username is not None else None
+            if user is not None and user.loopback_only and not is_loopback_address(address):
+                _login_log("user %s may only connect from loopback, refused from %s", username, address)
+                user = None
+            elif user is None:
+                _login_log("login refused for user %r from %s", username, self.name)
+            if throttle is not None:
+                throttle.succeeded(address) if user is not None else throttle.failed(address)
         if user is None:
-            log.warning("login refused for user %r from %s", username, self.name)
             raise AccessRefusedHard(
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)
@@ -267,6 +279,22 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         if self.state.blocked and self.capabilities.get("connection.blocked"):
             self.send_method(0, 10, 60, ("low on disk",))
         log.info("connection %s opened by user %s on vhost %s", self.name, self.user.name, vhost_name)
+
+    def permissions_changed(self):
+        """The user's permissions on this vhost changed: publishes are checked
+        again (the channels' exchange caches go) and consumers of queues it
+        may no longer read are cancelled (basic.cancel, as for a deleted queue)."""
+        for ch in self.channels:
+            if ch is None or ch.closing:
+                continue
+            ch.forget_exchange()
+            for c in list(ch.consumers.values()):
+                if not self.user.can_read(self.vhost.name, c.queue.name):
+                    ch.consumers.pop(c.tag, None)
+                    ch._remove_consumer(c)
+                    if self.capabilities.get("consumer_cancel_notify"):
+                        ch.send(60, 30, (c.tag, True))
+        self.flush()
 
     # -- channels ---------------------------------------------------------------
 

@@ -176,6 +176,10 @@ class UserStore:
         self.users = {}
         self._batch_depth = 0
         self._unsaved = False
+        # called with (user name, vhost or None) after a user is deleted or
+        # its permissions change, so open connections follow (Server sets it)
+        self.on_change = None
+        self._changed = set()
         if os.path.exists(self.path):
             self._load()
         else:
@@ -227,11 +231,22 @@ class UserStore:
             for name, (u, password_hash, algorithm, tags, perms) in before.items():
                 u.password_hash, u.hashing_algorithm, u.tags, u.permissions = password_hash, algorithm, tags, perms
                 self.users[name] = u
+            self._changed.clear()
             raise
         finally:
             self._batch_depth -= 1
-        if self._batch_depth == 0 and self._unsaved:
-            self.save()
+        if self._batch_depth == 0:
+            if self._unsaved:
+                self.save()
+            changed, self._changed = self._changed, set()
+            for name, vhost in changed:
+                self._notify(name, vhost)
+
+    def _notify(self, name, vhost):
+        if self._batch_depth:
+            self._changed.add((name, vhost))
+        elif self.on_change is not None:
+            self.on_change(name, vhost)
 
     def save(self):
         """Write users.json atomically: a crash leaves the old or the new file."""
@@ -305,6 +320,7 @@ class UserStore:
         if self.users.pop(name, None) is None:
             return False
         self.save()
+        self._notify(name, None)
         return True
 
     def change_password(self, name, password):
@@ -323,11 +339,13 @@ class UserStore:
         rabbitmqctl set_permissions). ValueError on a bad regex."""
         self.users[user].permissions[vhost] = Permissions(configure, write, read)
         self.save()
+        self._notify(user, vhost)
 
     def clear_permissions(self, user, vhost) -> bool:
         if self.users[user].permissions.pop(vhost, None) is None:
             return False
         self.save()
+        self._notify(user, vhost)
         return True
 
     def remove_vhost(self, vhost):

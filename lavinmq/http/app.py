@@ -11,8 +11,10 @@ import os
 from aiohttp import web
 
 from lavinmq.errors import AMQPError
+from lavinmq.listener import RateLimitedLog
 
 log = logging.getLogger("lavinmq.http")
+_login_log = RateLimitedLog(log)
 
 # tags -> what they may do, as RabbitMQ's management plugin
 MONITORING = {"administrator", "monitoring"}
@@ -46,6 +48,8 @@ async def errors_and_auth(request, handler):
     try:
         if not request.path.startswith("/api/") and request.path not in ("/metrics",):
             return await handler(request)
+        if request.method not in SAFE_METHODS:
+            check_not_cross_site(request)
         if not request.app.get("open"):
             request["user"] = authenticate(request)
         return await handler(request)
@@ -65,6 +69,29 @@ async def errors_and_auth(request, handler):
         raise
 
 
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def check_not_cross_site(request):
+    """CSRF: a browser that holds the API's Basic credentials must not be
+    made to change anything by another site. Forms and no-cors fetches
+    cannot send Content-Type application/json, and a browser names the
+    page's origin in Origin (and Sec-Fetch-Site) on every such request."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        import urllib.parse
+        parts = urllib.parse.urlsplit(origin)
+        if origin == "null" or parts.netloc.lower() != request.host.lower():
+            raise HTTPError(403, f"cross-origin request from {origin} refused", "forbidden")
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        raise HTTPError(403, "cross-site request refused", "forbidden")
+    # a body must be declared JSON (no request without a body changes state in
+    # a way a form could use: a browser names the Origin of those anyway)
+    if request.method in ("POST", "PUT") and request.content_type != "application/json" and (
+            request.body_exists or "Content-Type" in request.headers):
+        raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
+
+
 def authenticate(request):
     import base64
     import binascii
@@ -76,14 +103,19 @@ def authenticate(request):
     except (binascii.Error, UnicodeDecodeError):
         raise HTTPError(401, "Not_Authorized")
     server = request.app["server"]
-    u = server.users.authenticate(user, password)
-    if u is None:
+    peer = request.remote or ""
+    throttle = server.login_throttle
+    if throttle.blocked_for(peer):
+        _login_log("HTTP login refused for user %r from %s: too many failed logins, backing off", user, peer)
         raise HTTPError(401, "Login failed")
+    u = server.users.authenticate(user, password)
+    if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
+        throttle.failed(peer)
+        _login_log("HTTP login refused for user %r from %s", user, peer)
+        raise HTTPError(401, "Login failed")
+    throttle.succeeded(peer)
     if not u.tags:
         raise HTTPError(401, "Login failed")       # users without any tag have no management access
-    peer = request.remote or ""
-    if u.loopback_only and peer and not _is_loopback(peer):
-        raise HTTPError(401, "Login failed")
     return u
 
 
