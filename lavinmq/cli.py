@@ -10,6 +10,7 @@ import sys
 import time
 
 from lavinmq.errors import ConfigError
+from lavinmq.safetext import escape_controls
 
 log = logging.getLogger("lavinmq.cli")
 
@@ -25,6 +26,12 @@ class UTCFormatter(logging.Formatter):
     def formatTime(self, record, datefmt=None):
         t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{t}.{int(record.msecs):03d}Z"
+
+    def formatMessage(self, record):
+        # one record, one line: names from clients can't forge lines or move the cursor
+        # (a traceback, appended after this, keeps its lines)
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 def setup_logging(config):

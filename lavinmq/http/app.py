@@ -61,6 +61,10 @@ async def errors_and_auth(request, handler):
         return resp
     except AMQPError as exc:
         return error_response(AMQP_STATUS.get(exc.reply_code, 400), "bad_request", exc.reply_text)
+    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError) as exc:
+        # input of a shape no handler checked for: still the client's fault, never a 500
+        log.warning("HTTP %s %s: unexpected input: %r", request.method, request.path, exc)
+        return error_response(400, "bad_request", f"bad request: {exc}")
     except web.HTTPException as exc:
         if exc.status == 405:
             return error_response(405, "Method Not Allowed", f"{request.method} is not allowed here")
@@ -150,6 +154,25 @@ async def body_json(request):
     if not isinstance(data, dict):
         raise HTTPError(400, "Malformed JSON: expected an object")
     return data
+
+
+_MISSING = object()
+KIND_NAMES = {bool: "a boolean", str: "a string", dict: "an object", int: "an integer", list: "a list"}
+
+
+def typed(body, key, kind, default=_MISSING):
+    """body[key] checked against kind (bool, str, dict, int); a bad type is a
+    400 naming the field. Booleans may also be "true"/"false" as RabbitMQ takes them."""
+    value = body.get(key, default)
+    if value is _MISSING:
+        raise HTTPError(400, f"{key} is required")
+    if value is None and default is not _MISSING:
+        return default
+    if kind is bool and value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise HTTPError(400, f"{key} must be {KIND_NAMES[kind]}, not {type(value).__name__}")
 
 
 def listing(request, items):

@@ -8,7 +8,10 @@ from lavinmq.http.runtime import rss_bytes, totals
 
 
 def _esc(value):
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # names decoded with surrogateescape may hold bytes that are not UTF-8:
+    # shown as \xNN, so the page stays UTF-8 (it was a 500)
+    text = str(value).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 async def metrics(request):

@@ -10,7 +10,7 @@ from aiohttp import web
 from lavinmq.auth.password import algorithm_name
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.app import (HTTPError, MANAGEMENT, POLICYMAKER, body_json, listing, not_found,
-                              require, require_vhost, vhost_of)
+                              require, require_vhost, typed, vhost_of)
 from lavinmq.http import shapes
 
 ADMIN = {"administrator"}
@@ -77,14 +77,17 @@ async def put_user(request):
     name = request.match_info["user"]
     existed = name in users
     tags = body.get("tags", "")
-    if isinstance(tags, list):
+    if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
         tags = ",".join(tags)
+    elif not isinstance(tags, str):
+        raise HTTPError(400, "tags must be a string or a list of strings")
     try:
         if "password" in body:
-            users.add_user(name, password=str(body["password"]), tags=tags)
+            users.add_user(name, password=typed(body, "password", str), tags=tags)
         elif "password_hash" in body:
-            users.add_user(name, password_hash=body["password_hash"], tags=tags,
-                           hashing_algorithm=body.get("hashing_algorithm") or "rabbit_password_hashing_sha256")
+            users.add_user(name, password_hash=typed(body, "password_hash", str), tags=tags,
+                           hashing_algorithm=typed(body, "hashing_algorithm", str,
+                                                   "rabbit_password_hashing_sha256") or "rabbit_password_hashing_sha256")
         else:
             raise HTTPError(400, "password or password_hash must be given")
     except ValueError as exc:
@@ -135,8 +138,8 @@ async def put_permission(request):
         raise HTTPError(400, f"user {user!r} or vhost {vhost!r} does not exist")
     existed = vhost in server.users.get(user).permissions
     try:
-        server.users.set_permissions(user, vhost, body.get("configure", ""), body.get("write", ""),
-                                     body.get("read", ""))
+        server.users.set_permissions(user, vhost, typed(body, "configure", str, ""), typed(body, "write", str, ""),
+                                     typed(body, "read", str, ""))
     except ValueError as exc:
         raise HTTPError(400, str(exc))
     return created(existed)
@@ -186,11 +189,9 @@ async def put_exchange(request):
     name = request.match_info["exchange"]
     _check_user(request, "configure", vhost, name)
     existed = name in vhost.exchanges
-    if "type" not in body:
-        raise HTTPError(400, "type is required")
-    vhost.declare_exchange(name, body["type"], bool(body.get("durable", True)),
-                           bool(body.get("auto_delete", False)), bool(body.get("internal", False)),
-                           body.get("arguments") or {})
+    vhost.declare_exchange(name, typed(body, "type", str), typed(body, "durable", bool, True),
+                           typed(body, "auto_delete", bool, False), typed(body, "internal", bool, False),
+                           typed(body, "arguments", dict, {}))
     return created(existed)
 
 
@@ -231,8 +232,8 @@ async def put_queue(request):
     name = request.match_info["queue"]
     _check_user(request, "configure", vhost, name)
     existed = name in vhost.queues
-    vhost.declare_queue(name, bool(body.get("durable", True)), None, bool(body.get("auto_delete", False)),
-                        body.get("arguments") or {})
+    vhost.declare_queue(name, typed(body, "durable", bool, True), None, typed(body, "auto_delete", bool, False),
+                        typed(body, "arguments", dict, {}))
     return created(existed)
 
 
@@ -316,8 +317,8 @@ async def post_binding(request):
     require(request, MANAGEMENT)
     vhost, src, kind, dest = _pair(request)
     body = await body_json(request)
-    rk = str(body.get("routing_key", ""))
-    args = body.get("arguments") or {}
+    rk = typed(body, "routing_key", str, "")
+    args = typed(body, "arguments", dict, {})
     _check_user(request, "write", vhost, dest.name)
     _check_user(request, "read", vhost, src.name)
     if kind == "q":
