@@ -7,7 +7,7 @@ import secrets
 import shutil
 import base64
 
-from lavinmq import definitions as defs
+from lavinmq import churn, definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.segment import MessageStore
 from lavinmq.args import check_equivalent
@@ -214,6 +214,8 @@ class VHost:
             store.syncer = self.syncer
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
+        if persist:
+            churn.count("queue_created")        # not for definitions replayed at boot
         self.routing_version.bump()
         if durable and not transient and persist:
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
@@ -255,6 +257,8 @@ class VHost:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty", 50, 40)
         count = q.message_count
         del self.queues[name]
+        if persist:
+            churn.count("queue_deleted")
         q.closed = True
         for ex in list(self.exchanges.values()):
             if any(b.destination is q for b in ex.bindings.values()):

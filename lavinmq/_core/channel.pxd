@@ -92,6 +92,8 @@ cdef class Channel:
         public uint64_t publish_count
         public uint64_t deliver_count
         public uint64_t ack_count
+        public uint64_t return_unroutable_count   # mandatory publishes that no queue took
+        public uint64_t drop_unroutable_count     # other publishes that no queue took
 
     cdef int on_publish(self, const char *p, Py_ssize_t n) except -1
     cdef int on_header(self, const char *p, Py_ssize_t n) except -1

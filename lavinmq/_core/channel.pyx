@@ -319,7 +319,10 @@ cdef class Channel:
         cdef bint any_consumer = False
         if not queues:
             if mandatory:
+                self.return_unroutable_count += 1
                 self.send_return(312, b"NO_ROUTE", rec)
+            else:
+                self.drop_unroutable_count += 1
             return 0
         if immediate:
             for x in queues:
@@ -528,6 +531,7 @@ cdef class Channel:
         cdef WriteBuffer wb = self.state.wbuf
         cdef const char *rec = q.get(&sp, &redelivered)
         if rec is NULL:
+            q.get_empty_count += 1
             wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_EMPTY)
             wb.write_shortstr(b"", 0)
             wb.end_frame()
@@ -541,6 +545,7 @@ cdef class Channel:
         wb.end_frame()
         write_content(wb, self.id, rec, self.state.frame_max)
         if no_ack:
+            q.get_no_ack_count += 1
             q.store.delete(sp)
             schedule_queue(q)
         else:

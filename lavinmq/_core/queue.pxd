@@ -36,6 +36,9 @@ cdef class Queue:
         public uint64_t get_count
         public uint64_t ack_count
         public uint64_t redeliver_count
+        public uint64_t deliver_no_ack_count   # part of deliver_count (API: deliver vs deliver_no_ack)
+        public uint64_t get_no_ack_count       # part of get_count
+        public uint64_t get_empty_count
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef ConsumerBase next_consumer(self)

@@ -528,6 +528,38 @@ cdef class MessageStore:
             self._advance_reader()
         return NULL
 
+    def peek_head(self):
+        """The next ready record as bytes, without taking it (None if there
+        is none): for the API's head_message_timestamp, once per request."""
+        cdef Segment s
+        cdef Py_ssize_t pos, n
+        cdef uint32_t i
+        cdef const char *rec
+        if self.n_requeued:
+            rec = self.read(self.requeued[0])
+            return rec[:self.requeued[0].size]
+        s = self.rseg
+        pos = self.rpos
+        while self.ready and s is not None:
+            if s.base is NULL:
+                s.map()
+            while pos < s.size:
+                n = record_len(s.base + pos, s.size - pos)
+                if n <= 0:
+                    return None
+                if not (s.n_deleted and s.is_deleted_at_boot(<uint32_t>pos)):
+                    return s.base[pos:pos + n]
+                pos += n
+            if s is self.wseg:
+                return None
+            i = s.id + 1
+            s = None
+            while s is None and i <= self.wseg.id:
+                s = self.segment(i)
+                i += 1
+            pos = SEGMENT_HEADER
+        return None
+
     def _advance_reader(self):
         cdef Segment old = self.rseg
         cdef Segment nxt = None

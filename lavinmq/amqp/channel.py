@@ -5,6 +5,7 @@ import base64
 import logging
 import secrets
 
+from lavinmq import churn
 from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
     AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed,
@@ -99,6 +100,7 @@ class AMQPChannel(CoreChannel):
         if q.exclusive_owner is conn and q not in conn.exclusive_queues:
             conn.exclusive_queues.append(q)
         conn.last_queue = q.name
+        churn.count("queue_declared")
         if not nowait:
             self.send(50, 11, (q.name, q.message_count, q.consumer_count))
 

@@ -7,6 +7,7 @@ import platform
 import time
 
 import lavinmq
+from lavinmq import churn
 from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
@@ -71,9 +72,11 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
         self.server.connections.add(self)
+        churn.count("connection_created")
         log.debug("connection from %s", self.name)
 
     def connection_lost(self, exc):
+        churn.count("connection_closed")
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
@@ -171,11 +174,13 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             # only channel.open reaches here for a channel that is not open
             return self._open_channel(ch)
         if key == (20, 40):
+            churn.count("channel_closed")
             channel.cleanup()
             self.send_method(ch, 20, 41)
             self.channels[ch] = None
             return
         if key == (20, 41):
+            churn.count("channel_closed")
             self.channels[ch] = None
             return
         if key == (20, 10):
@@ -304,6 +309,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         while len(self.channels) <= ch:
             self.channels.append(None)
         self.channels[ch] = AMQPChannel(self, ch)
+        churn.count("channel_created")
         self.send_method(ch, 20, 11, (b"",))
 
     # -- errors -----------------------------------------------------------------
@@ -354,6 +360,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     def _cleanup(self):
         for i, ch in enumerate(self.channels):
             if ch is not None:
+                churn.count("channel_closed")
                 ch.cleanup()
                 self.channels[i] = None
         queues, self.exclusive_queues = self.exclusive_queues, []

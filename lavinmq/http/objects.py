@@ -27,13 +27,13 @@ async def list_vhosts(request):
     require(request, MANAGEMENT)
     user = request["user"]
     server = request.app["server"]
-    return listing(request, [shapes.vhost(v) for n, v in server.vhosts.items()
+    return listing(request, [shapes.vhost(v, server) for n, v in server.vhosts.items()
                              if user.is_administrator or user.can_access(n)])
 
 
 async def get_vhost(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.vhost(vhost_of(request)))
+    return web.json_response(shapes.vhost(vhost_of(request), request.app["server"]))
 
 
 async def put_vhost(request):
@@ -99,6 +99,20 @@ async def delete_user(request):
     require(request, ADMIN)
     if not request.app["server"].users.delete_user(request.match_info["user"]):
         raise not_found()
+    return web.Response(status=NO_CONTENT)
+
+
+async def bulk_delete_users(request):
+    """POST /api/users/bulk-delete {"users": [...]}: one write of users.json."""
+    require(request, ADMIN)
+    body = await body_json(request)
+    names = typed(body, "users", list)
+    if not all(isinstance(n, str) for n in names):
+        raise HTTPError(400, "users must be a list of names")
+    users = request.app["server"].users
+    with users.batch():
+        for name in names:
+            users.delete_user(name)
     return web.Response(status=NO_CONTENT)
 
 
@@ -463,6 +477,7 @@ def add_routes(app):
     r.add_get("/api/vhosts", list_vhosts)
     r.add_route("*", "/api/vhosts/{vhost}", _method(get_vhost, put_vhost, delete_vhost))
     r.add_get("/api/users", list_users)
+    r.add_post("/api/users/bulk-delete", bulk_delete_users)
     r.add_route("*", "/api/users/{user}", _method(get_user, put_user, delete_user))
     r.add_get("/api/permissions", list_permissions)
     r.add_get("/api/users/{user}/permissions", user_permissions)
