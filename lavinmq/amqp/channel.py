@@ -183,6 +183,7 @@ class AMQPChannel(CoreChannel):
         c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
         self.consumers[tag] = c
+        churn.count("consumer_added")
         if not nowait:
             self.send(60, 21, (tag,))
         q.add_consumer(c)
@@ -196,6 +197,7 @@ class AMQPChannel(CoreChannel):
             self.send(60, 31, (tag,))
 
     def _remove_consumer(self, c):
+        churn.count("consumer_removed")
         q = c.queue
         q.remove_consumer(c)
         self.release_consumer_slot(c)

@@ -46,7 +46,7 @@ AMQP_STATUS = {404: 404, 403: 403, 405: 400, 406: 400, 530: 400}
 @web.middleware
 async def errors_and_auth(request, handler):
     try:
-        if not request.path.startswith("/api/") and request.path not in ("/metrics",):
+        if not request.path.startswith("/api/") and request.path not in ("/metrics", "/metrics/detailed"):
             return await handler(request)
         if request.method not in SAFE_METHODS:
             check_not_cross_site(request)
@@ -266,11 +266,13 @@ def build_app(server, open_access=False):
     app["open"] = open_access
     if open_access:
         app.router.add_get("/metrics", metrics.metrics)
+        app.router.add_get("/metrics/detailed", metrics.detailed)
         return app
     runtime.add_routes(app)
     objects.add_routes(app)
     messages.add_routes(app)
     app.router.add_get("/metrics", metrics.metrics)
+    app.router.add_get("/metrics/detailed", metrics.detailed)
     return app
 
 
