@@ -106,7 +106,14 @@ def test_flood_past_the_fd_limit_does_not_stop_the_broker(make_broker):
 
 
 def test_http_headers_and_bodies_must_arrive_in_time(make_broker):
-    b = make_broker("[mgmt]\nread_timeout = 1\n")
+    from tests.conftest import free_port
+    metrics_port = free_port()
+    b = make_broker("[mgmt]\nread_timeout = 1\n", extra_args=["--metrics-http-port", str(metrics_port)])
+    # the open metrics listener too
+    idle_metrics = socket.create_connection((b.host, metrics_port))
+    idle_metrics.sendall(b"GET /metrics HTTP/1.1\r\n")
+    assert _closed_within(idle_metrics, 4)
+    idle_metrics.close()
     slow_headers = socket.create_connection((b.host, b.http_port))
     slow_headers.sendall(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n")
     started = time.monotonic()
