@@ -10,6 +10,7 @@ import sys
 import time
 
 from lavinmq.errors import ConfigError
+from lavinmq.safetext import escape_controls
 
 log = logging.getLogger("lavinmq.cli")
 
@@ -25,6 +26,12 @@ class UTCFormatter(logging.Formatter):
     def formatTime(self, record, datefmt=None):
         t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         return f"{t}.{int(record.msecs):03d}Z"
+
+    def formatMessage(self, record):
+        # one record, one line: names from clients can't forge lines or move the cursor
+        # (a traceback, appended after this, keeps its lines)
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 def setup_logging(config):
@@ -77,7 +84,15 @@ def main(argv=None) -> int:
         return 2
     try:
         from lavinmq import server   # imported late: --help must not pay for the broker's imports
-        return server.run(config)
+        from lavinmq.listener import ListenError
+        try:
+            return server.run(config)
+        except (ConfigError, ListenError) as exc:
+            # a port in use, a certificate that does not load: one line, no traceback
+            if config.log_file:
+                log.error("%s", exc)
+            print(f"lavinmq: error: {exc}", file=sys.stderr)
+            return 2
     finally:
         if lock is not None:
             lock.release()

@@ -67,6 +67,21 @@ class Config:
     consumer_timeout: int | None = None  # ms an unacked delivery may be held (off: None, as LavinMQ)
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
+    # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
+    handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
+    http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
+    max_connections: int = 0            # open sockets, all listeners; 0 = the fd limit less a reserve
+    max_connections_per_address: int = 0   # from one source address; 0 = half of max_connections
+    loopback_users: str = "guest"       # comma-separated: users that may only log in from loopback
+    # TLS, as LavinMQ: listeners on amqps_port/https_port only once tls_cert is set
+    amqps_port: int = 5671
+    https_port: int = 15671
+    tls_cert: str | None = None
+    tls_key: str | None = None          # None = the key is in tls_cert's file
+    tls_ciphers: str | None = None
+    tls_min_version: str | None = None  # 1.0 .. 1.3; None = 1.2
+    tls_verify_peer: bool = False       # require a client certificate signed by tls_ca_cert
+    tls_ca_cert: str | None = None
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -120,6 +135,7 @@ class Option:
     lo: int = 0
     hi: int = 0
     optional: bool = False   # an empty string means None
+    choices: tuple = ()      # for kind "choice"
 
 
 PORT = dict(lo=0, hi=65535)
@@ -158,23 +174,37 @@ OPTIONS = {
     "default_consumer_prefetch": Option("int", (("main", "default_consumer_prefetch"),
                                                 ("amqp", "default_consumer_prefetch")), lo=0, hi=65535),
     "log_exchange": Option("bool", (("main", "log_exchange"),)),
+    "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
+    "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
+    "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),
+    "max_connections_per_address": Option("int", (("main", "max_connections_per_address"),),
+                                          lo=0, hi=2 ** 31 - 1),
+    "loopback_users": Option("str", (("main", "loopback_users"),)),
+    "amqps_port": Option("int", (("amqp", "tls_port"),), ("LAVINMQ_AMQPS_PORT",), **PORT),
+    "https_port": Option("int", (("mgmt", "tls_port"),), ("LAVINMQ_HTTPS_PORT",), **PORT),
+    "tls_cert": Option("str", (("main", "tls_cert"),), ("LAVINMQ_TLS_CERT_PATH",), optional=True),
+    "tls_key": Option("str", (("main", "tls_key"),), ("LAVINMQ_TLS_KEY_PATH",), optional=True),
+    "tls_ciphers": Option("str", (("main", "tls_ciphers"),), ("LAVINMQ_TLS_CIPHERS",), optional=True),
+    "tls_min_version": Option("choice", (("main", "tls_min_version"),), ("LAVINMQ_TLS_MIN_VERSION",),
+                              optional=True, choices=("1.0", "1.1", "1.2", "1.3")),
+    "tls_verify_peer": Option("bool", (("main", "tls_verify_peer"),)),
+    "tls_ca_cert": Option("str", (("main", "tls_ca_cert"),), optional=True),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
 # Known to LavinMQ, not implemented here: warn and go on, so that an ini
 # file written for LavinMQ starts this broker too.
 IGNORED_KEYS = {
-    "main": {"pidfile", "tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_keylog_file",
-             "tls_ktls",
+    "main": {"pidfile", "tls_keylog_file", "tls_ktls",
              "stats_log_size", "socket_buffer_size", "tcp_nodelay",
              "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size",
              "free_disk_warn", "load_definitions", "max_deleted_definitions",
              "consumer_timeout_loop_interval", "auth_backends",
              "default_consistent_hash_algorithm"},
-    "amqp": {"unix_path", "tls_port", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
+    "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
              "amqp_systemd_socket_name", "max_consumers_per_channel", "tls_cert", "tls_key",
              },
-    "mgmt": {"unix_path", "tls_port", "http_systemd_socket_name", "tls_cert", "tls_key"},
+    "mgmt": {"unix_path", "http_systemd_socket_name"},
 }
 IGNORED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
 
@@ -224,6 +254,9 @@ def check(field, value, where):
     elif opt.kind == "level":
         if value not in LOG_LEVELS:
             raise ConfigError(f"{where}: unknown log level {value!r} (one of {', '.join(LOG_LEVELS)})")
+    elif opt.kind == "choice":
+        if value not in opt.choices:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(opt.choices)}")
     elif opt.kind == "hash":
         try:
             check_hash(value, "sha256")
@@ -231,6 +264,8 @@ def check(field, value, where):
             raise ConfigError(f"{where}: {exc}") from None
     elif not isinstance(value, str) or (value == "" and field in ("data_dir", "default_user")):
         raise ConfigError(f"{where}: {value!r} must be a non-empty string")
+    elif field in ("tls_cert", "tls_key", "tls_ca_cert") and not os.access(value, os.R_OK):
+        raise ConfigError(f"{where}: cannot read {value}")
 
 
 def apply_ini(config, path):
@@ -279,7 +314,10 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "http_bind": "--http-bind", "http_port": "--http-port", "log_level": "--log-level",
               "metrics_http_bind": "--metrics-http-bind", "metrics_http_port": "--metrics-http-port",
               "default_user": "--default-user", "default_password_hash": "--default-password-hash",
-              "default_user_only_loopback": "--default-user-only-loopback"}
+              "default_user_only_loopback": "--default-user-only-loopback",
+              "amqps_port": "--amqps-port", "https_port": "--https-port", "tls_cert": "--cert",
+              "tls_key": "--key", "tls_ciphers": "--ciphers", "tls_min_version": "--tls-min-version",
+              "handshake_timeout": "--handshake-timeout", "loopback_users": "--loopback-users"}
 
 
 def apply_args(config, args):
@@ -326,6 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="its password as a rabbit_password_hashing_sha256 hash (default: of 'guest')")
     p.add_argument("--default-user-only-loopback", dest="default_user_only_loopback", metavar="BOOL",
                    help="the default user may only connect from loopback (default true)")
+    p.add_argument("--loopback-users", dest="loopback_users", metavar="USERS",
+                   help="comma-separated users that may only log in from loopback (default guest)")
+    p.add_argument("--handshake-timeout", dest="handshake_timeout", metavar="SECONDS",
+                   help="close AMQP sockets that have not logged in within this time (default 10)")
+    p.add_argument("--amqps-port", dest="amqps_port", metavar="PORT",
+                   help="AMQPS port, once --cert is given (default 5671, 0 = off)")
+    p.add_argument("--https-port", dest="https_port", metavar="PORT",
+                   help="HTTPS management port, once --cert is given (default 15671, 0 = off)")
+    p.add_argument("--cert", dest="tls_cert", metavar="FILE", help="TLS certificate (with its chain)")
+    p.add_argument("--key", dest="tls_key", metavar="FILE",
+                   help="private key for the TLS certificate (default: in the --cert file)")
+    p.add_argument("--ciphers", dest="tls_ciphers", metavar="CIPHERS", help="OpenSSL cipher list to allow")
+    p.add_argument("--tls-min-version", dest="tls_min_version", metavar="VERSION",
+                   help="minimum TLS version: 1.0, 1.1, 1.2 or 1.3 (default 1.2)")
     p.add_argument("--no-data-dir-lock", action="store_true", help="do not flock DATA_DIR/.lock")
     p.add_argument("--no-sync", action="store_true",
                    help="send confirms once messages are written, without waiting for the disk "

@@ -15,10 +15,13 @@ import sys
 import urllib.parse
 
 from lavinmq.auth.password import hash_password
+from lavinmq.safetext import escape_controls
 
 # the broker listens on DATA_DIR/lavinmqctl.sock: the packages' data dir
-# first (the service's /tmp is private), then LavinMQ's own default
+# first (the service's /tmp is private), then LavinMQ's own default. Either
+# is used only if root, the broker's user or we own it (see trusted_socket).
 DEFAULT_SOCKETS = ("/var/lib/lavinmq/lavinmqctl.sock", "/tmp/lavinmqctl.sock")
+BROKER_USER = "lavinmq"
 DEFAULT_URI = "http://127.0.0.1:15672"
 EX_USAGE, EX_UNAVAILABLE, EX_NOPERM = 2, 69, 77
 
@@ -257,7 +260,7 @@ def status(c, a):
     return ["key", "value"], [
         ["version", o.get("lavinmq_version") or o.get("rabbitmq_version") or o.get("product_version")],
         ["node", o.get("node")],
-        ["uptime", o.get("uptime")],
+        ["uptime", format_uptime(o.get("uptime"))],
         ["connections", totals.get("connections")],
         ["channels", totals.get("channels")],
         ["consumers", totals.get("consumers")],
@@ -267,6 +270,16 @@ def status(c, a):
         ["messages_ready", msgs.get("messages_ready", 0)],
         ["messages_unacknowledged", msgs.get("messages_unacknowledged", 0)],
     ]
+
+
+def format_uptime(ms):
+    """The API's uptime (milliseconds) with its units: 1d 2h 3m 4s."""
+    if not isinstance(ms, int):
+        return ms
+    s = ms // 1000
+    parts = [(s // 86400, "d"), (s // 3600 % 24, "h"), (s // 60 % 60, "m")]
+    text = " ".join(f"{n}{unit}" for n, unit in parts if n)
+    return f"{text} {s % 60}s".strip()
 
 
 def _json_arg(text, what):
@@ -361,7 +374,7 @@ def render(result, fmt, quiet, out):
         if fmt == "json":
             out.write(json.dumps({"result": result}) + "\n")
         elif not (quiet and isinstance(result, Info)):
-            out.write(result + "\n")
+            out.write(escape_controls(result) + "\n")
         return
     if isinstance(result, tuple):
         columns, rows = result
@@ -371,9 +384,36 @@ def render(result, fmt, quiet, out):
             if not quiet:
                 out.write("\t".join(columns) + "\n")
             for r in rows:
-                out.write("\t".join("" if v is None else str(v) for v in r) + "\n")
+                # a tab or newline in a name would shift columns; escape sequences would reach the terminal
+                out.write("\t".join("" if v is None else escape_controls(str(v)) for v in r) + "\n")
         return
     out.write(json.dumps(result, indent=None if fmt == "json" else 2) + "\n")
+
+
+def trusted_uids():
+    uids = {0, os.getuid()}
+    try:
+        import pwd
+        uids.add(pwd.getpwnam(BROKER_USER).pw_uid)
+    except (KeyError, ImportError):
+        pass
+    return uids
+
+
+def trusted_socket(path):
+    """None if credentials may go to the socket at path, else why not: it
+    must be a socket owned by root, the broker's user or us (anyone can put
+    a socket in /tmp and collect the passwords sent to it)."""
+    import stat
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return exc.strerror
+    if not stat.S_ISSOCK(st.st_mode):
+        return "not a socket"
+    if st.st_uid not in trusted_uids():
+        return f"owned by uid {st.st_uid}, not by root, {BROKER_USER} or you"
+    return None
 
 
 def main(argv=None, out=None):
@@ -383,13 +423,24 @@ def main(argv=None, out=None):
     if not args.uri and args.func is not hash_password_cmd:
         if args.socket:
             unix_path = args.socket
+            why = trusted_socket(unix_path) if os.path.exists(unix_path) else None
+            if why:
+                print(f"lavinmqctl: refusing to send credentials to {unix_path}: {why}", file=sys.stderr)
+                return EX_NOPERM
         else:
-            unix_path = next((p for p in DEFAULT_SOCKETS if os.path.exists(p)), None)
+            for candidate in DEFAULT_SOCKETS:
+                if not os.path.exists(candidate):
+                    continue
+                why = trusted_socket(candidate)
+                if why is None:
+                    unix_path = candidate
+                    break
+                print(f"lavinmqctl: not using {candidate}: {why}", file=sys.stderr)
     try:
         client = Client(args.uri, args.api_user, args.api_password, unix_path)
         render(args.func(client, args), args.format, args.quiet, out)
     except CtlError as exc:
-        print(f"lavinmqctl: {exc}", file=sys.stderr)
+        print(f"lavinmqctl: {escape_controls(str(exc))}", file=sys.stderr)
         return exc.code
     return 0
 

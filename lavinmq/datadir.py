@@ -35,8 +35,8 @@ class DataDirLock:
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(f"data directory {self.data_dir} is locked by another "
-                              f"lavinmq process (pid {pid})") from None
+            raise ConfigError(f"data directory {self.data_dir} (--data-dir / [main] data_dir) is locked by "
+                              f"another lavinmq process (pid {pid})") from None
         except OSError as exc:
             os.close(fd)
             raise ConfigError(f"cannot lock {self.path}: {exc.strerror}") from None

@@ -28,12 +28,20 @@ class Server:
         self.connections = set()
         self.vhosts = {}
         self.users = UserStore.from_config(config)
+        self.users.on_change = self.user_changed
+        from lavinmq.auth.throttle import LoginThrottle
+        self.login_throttle = LoginThrottle()
         self.syncer = Syncer(self.data_dir) if config.sync else None
         self.listeners = []
         self._housekeeping = None
         self.disk_alarm = False
         self.started = time.monotonic()
         self.http = None
+        from lavinmq import tls
+        from lavinmq.listener import ConnectionGuard
+        self.guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
+        # built before anything opens: a bad certificate stops the start naming the setting
+        self.tls_context = tls.new_context(config) if tls.enabled(config) else None
         self._load_vhosts()
 
     # -- vhosts ------------------------------------------------------------------
@@ -100,6 +108,23 @@ class Server:
         self._save_vhosts()
         return True
 
+    def user_changed(self, name, vhost):
+        """A user was deleted or its permissions on vhost (None: all) changed:
+        its open connections follow at once, as new ones would."""
+        user = self.users.get(name)
+        for conn in list(self.connections):
+            if conn.user is None or conn.user.name != name or conn.vhost is None:
+                continue
+            if vhost is not None and conn.vhost.name != vhost:
+                continue
+            if user is None or conn.user is not user:
+                conn.close(320, f"CONNECTION_FORCED - user '{name}' was deleted")
+            elif not user.can_access(conn.vhost.name):
+                conn.close(320, f"CONNECTION_FORCED - access to vhost '{conn.vhost.name}' revoked for "
+                                f"user '{name}'")
+            else:
+                conn.permissions_changed()
+
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self):
@@ -108,18 +133,26 @@ class Server:
         from lavinmq.http.app import HTTPServer
         self.http = HTTPServer(self)
         await self.http.start()
-        server = await loop.create_server(
-            lambda: AMQPConnection(self), self.config.amqp_bind, self.config.amqp_port,
-            reuse_address=True, backlog=1024)
-        self.listeners.append(server)
-        for sock in server.sockets:
-            host, port = sock.getsockname()[:2]
-            log.info("AMQP listening on %s:%d", host, port)
+        cfg = self.config
+        log.info("connection limits: %d in all, %d per source address; handshake timeout %d s",
+                 self.guard.max_total, self.guard.max_per_address, cfg.handshake_timeout)
+        if cfg.amqp_port:
+            self._listen(cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", None)
+        if cfg.amqps_port and self.tls_context is not None:
+            self._listen(cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", self.tls_context)
         self.check_disk()
         self._housekeeping = loop.create_task(self._housekeep())
         if self.config.log_exchange:
             from lavinmq import log_exchange
             self.log_handler = log_exchange.install(self)
+
+    def _listen(self, port, what, setting, ssl_context):
+        from lavinmq.listener import Listener, bind_sockets
+        socks = bind_sockets(self.config.amqp_bind, port, what, setting)
+        listener = Listener(socks, lambda: AMQPConnection(self), self.guard, what.rsplit(" ", 1)[0],
+                            ssl_context, handshake_timeout=self.config.handshake_timeout)
+        listener.start()
+        self.listeners.append(listener)
 
     async def _housekeep(self):
         rounds = 0
@@ -170,9 +203,35 @@ class Server:
         self.config.free_disk_min = fresh.free_disk_min
         log.info("config reloaded: free_disk_min %d", self.config.disk_free_limit)
         self.check_disk()
+        self._reload_tls(fresh)
 
-    async def stop(self):
-        log.info("shutting down")
+    def _reload_tls(self, fresh):
+        from lavinmq import tls
+        if self.tls_context is None:
+            if tls.enabled(fresh):
+                log.warning("enabling TLS requires a restart")
+            return
+        if not tls.enabled(fresh):
+            log.warning("disabling TLS requires a restart; the certificate in use stays")
+            return
+        try:
+            ctx = tls.new_context(fresh)
+        except Exception as exc:
+            log.error("TLS reload failed, the certificate in use stays: %s", exc)
+            return
+        for name in ("tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_verify_peer", "tls_ca_cert"):
+            setattr(self.config, name, getattr(fresh, name))
+        self.tls_context = ctx
+        for listener in self.listeners:
+            if listener.ssl is not None:
+                listener.ssl = ctx
+        if self.http:
+            self.http.set_tls_context(ctx)
+        log.info("TLS certificate reloaded from %s", fresh.tls_cert)
+
+    async def stop(self, quiet=False):
+        if not quiet:
+            log.info("shutting down")
         if getattr(self, "log_handler", None) is not None:
             logging.getLogger().removeHandler(self.log_handler)
             self.log_handler = None
@@ -193,14 +252,18 @@ class Server:
             conn._close_transport()
         for vhost in self.vhosts.values():
             vhost.close()
-        for server in self.listeners:
-            await server.wait_closed()
-        log.info("stopped")
+        if not quiet:
+            log.info("stopped")
 
 
 async def serve(config):
+    from lavinmq.listener import ListenError
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except ListenError:
+        await server.stop(quiet=True)
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

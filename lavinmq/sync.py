@@ -11,6 +11,7 @@ every publish of the round, however many there were.
 """
 import asyncio
 import ctypes
+import errno
 import ctypes.util
 import logging
 import os
@@ -64,11 +65,12 @@ class Syncer:
         self.waiters = []        # callables to run after the next flush
         self.flushing = False
         self.flushes = 0         # rounds done, for tests and stats
+        self.retry = None        # (files, dirs) of a round that ran out of descriptors
 
     @property
     def idle(self):
         """Nothing written and nothing in flight: a confirm may go out now."""
-        return not self.flushing and not self.dirty and not self.extra_files
+        return not self.flushing and not self.dirty and not self.extra_files and self.retry is None
 
     def after_flush(self, callback):
         """Run callback once everything written so far is on disk."""
@@ -93,6 +95,10 @@ class Syncer:
         waiters, self.waiters = self.waiters, []
         files, dirs = list(self.extra_files), set()
         self.extra_files = set()
+        if self.retry is not None:
+            files.extend(self.retry[0])
+            dirs.update(self.retry[1])
+            self.retry = None
         for store in stores:
             paths, directory = store.take_sync_paths()
             files.extend(paths)
@@ -101,12 +107,20 @@ class Syncer:
                 dirs.add(os.path.dirname(directory))
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(None, flush_files, files, sorted(dirs), self.data_dir)
-        fut.add_done_callback(lambda f: self._done(f, waiters))
+        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs))
 
-    def _done(self, fut, waiters):
+    def _done(self, fut, waiters, files=(), dirs=()):
         self.flushing = False
         self.flushes += 1
         exc = fut.exception()
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            # out of descriptors to open the files with: nothing was lost on
+            # the disk, so wait (confirms wait too) and flush the same files again
+            log.warning("flushing messages to disk: %s; retrying", exc.strerror)
+            self.retry = (files, set(dirs))
+            self.waiters[:0] = waiters
+            asyncio.get_running_loop().call_later(0.2, self._retry)
+            return
         if exc is not None:
             # a failed fdatasync means the kernel may have dropped the pages:
             # confirming would be a lie, and carrying on would be another
@@ -127,3 +141,7 @@ class Syncer:
         if self.waiters or self.dirty or self.extra_files:
             if self.waiters:
                 self._start()
+
+    def _retry(self):
+        if not self.flushing and self.retry is not None:
+            self._start()

@@ -7,7 +7,7 @@ import secrets
 import shutil
 import base64
 
-from lavinmq import definitions as defs
+from lavinmq import churn, definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.prio_store import PriorityMessageStore
 from lavinmq._core.segment import MessageStore
@@ -298,6 +298,8 @@ class VHost:
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         q.default_consumer_timeout = self.consumer_timeout
         self.queues[name] = q
+        if persist:
+            churn.count("queue_created")        # not for definitions replayed at boot
         self.routing_version.bump()
         self._apply_policy(q, "queue")
         return q
@@ -362,6 +364,8 @@ class VHost:
         if q.durable and not q.exclusive and persist:
             self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
+        if persist:
+            churn.count("queue_deleted")
         q.closed = True
         q.stop()
         for ex in list(self.exchanges.values()):

@@ -29,11 +29,16 @@ def unique(prefix="t"):
 class BrokerProcess:
     external = False
 
-    def __init__(self, data_dir, port=None, extra_args=()):
+    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None):
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
+        self.preexec_fn = preexec_fn
+        # TLS listeners are named too: off (0) unless the test brings a
+        # certificate (tests/security/conftest.py makes them)
+        self.amqps_port = free_port() if tls else 0
+        self.https_port = free_port() if tls else 0
         self.proc = None
         self.log_path = os.path.join(self.data_dir + ".log")
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
@@ -45,8 +50,9 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lavinmq", "-D", self.data_dir, "-p", str(self.port),
              "--amqp-bind", self.host, "--http-bind", self.host, "--http-port", str(self.http_port),
-             "--metrics-http-port", "0", "-l", "info", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+             "--metrics-http-port", "0", "--amqps-port", str(self.amqps_port),
+             "--https-port", str(self.https_port), "-l", "info", *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

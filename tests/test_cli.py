@@ -131,11 +131,11 @@ def test_no_data_dir_lock(tmp_path, runs):
 def test_log_file_and_debug_level(tmp_path, runs):
     log_file = tmp_path / "lavinmq.log"
     ini = tmp_path / "l.ini"
-    ini.write_text(f"[main]\nlog_file = {log_file}\n[amqp]\ntls_port = 5671\n")
+    ini.write_text(f"[main]\nlog_file = {log_file}\n[amqp]\nunix_path = /tmp/x.sock\n")
     assert cli.main(["-c", str(ini), "-D", str(tmp_path / "d"), "--debug"]) == 7
     logging.shutdown()
     lines = [LINE.match(line).groups() for line in log_file.read_text().splitlines()]
-    assert ("WARNING", "lavinmq.cli", f"{ini}: [amqp] tls_port is not supported, ignored") in lines
+    assert ("WARNING", "lavinmq.cli", f"{ini}: [amqp] unix_path is not supported, ignored") in lines
     assert ("INFO", "lavinmq.server", "hello from run") in lines
     assert ("DEBUG", "lavinmq.server", "debug detail") in lines
 
@@ -178,7 +178,8 @@ def test_lock_held_by_another_process(tmp_path, locked_by_other_process, runs, c
     assert (tmp_path / ".lock").read_text().strip() == str(pid)
     assert cli.main(["-D", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        f"lavinmq: error: data directory {tmp_path} is locked by another lavinmq process (pid {pid})\n")
+        f"lavinmq: error: data directory {tmp_path} (--data-dir / [main] data_dir) is locked by another "
+        f"lavinmq process (pid {pid})\n")
     assert runs == []
     with pytest.raises(ConfigError, match=f"pid {pid}"):
         with DataDirLock(str(tmp_path)):

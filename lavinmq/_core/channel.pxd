@@ -28,6 +28,7 @@ cdef class ConnState:
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read
         public uint64_t publishes    # messages published on this connection
+        public bytes user_id         # a user_id property must equal this; None = any (impersonator)
 
     cdef int mark_dirty(self) except -1
 
@@ -95,6 +96,8 @@ cdef class Channel:
         public uint64_t publish_count
         public uint64_t deliver_count
         public uint64_t ack_count
+        public uint64_t return_unroutable_count   # mandatory publishes that no queue took
+        public uint64_t drop_unroutable_count     # other publishes that no queue took
 
     cdef int on_publish(self, const char *p, Py_ssize_t n) except -1
     cdef int on_header(self, const char *p, Py_ssize_t n) except -1

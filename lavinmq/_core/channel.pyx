@@ -5,7 +5,7 @@ from libc.string cimport memcmp, memmove, memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from lavinmq._core.buffer cimport (
-    WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be64, put_le64, le16, put_le16,
+    WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be32, be64, put_le64, le16, put_le16,
 )
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport prop_offset, prop_offset_insert, parse_expiration, P_EXPIRATION, P_REPLY_TO, P_TIMESTAMP
@@ -30,6 +30,7 @@ cdef enum:
     PS_IDLE = 0
     PS_HEADER = 1
     PS_BODY = 2
+    USER_ID_FLAG = 0x10         # user_id's bit in the low byte of the property flags
 
 # connections with output written during a delivery pass
 cdef list _dirty_conns = []
@@ -90,6 +91,35 @@ cdef int write_content(WriteBuffer wb, uint16_t channel, const char *rec, uint32
         wb.write_raw(body + off, chunk)
         wb.end_frame()
         off += chunk
+    return 0
+
+
+cdef int check_user_id(const char *props, bytes user, int *pstate) except -1:
+    """A publish whose user_id property is not the authenticated user is
+    refused (406), as RabbitMQ does. Runs only for messages that carry a
+    user_id; props is the wire's property list, already bounds-checked by
+    props_convert."""
+    cdef uint16_t flags = be16(props)
+    cdef Py_ssize_t pos = 2
+    cdef int bit
+    cdef Py_ssize_t n
+    for bit in range(15, 4, -1):      # the properties before user_id (bit 4)
+        if not flags & (1 << bit):
+            continue
+        if bit == 13:                 # headers: a table, u32 length
+            pos += 4 + be32(props + pos)
+        elif bit == 12 or bit == 11:  # delivery_mode, priority: octets
+            pos += 1
+        elif bit == 6:                # timestamp
+            pos += 8
+        else:                         # short strings
+            pos += 1 + <uint8_t>props[pos]
+    n = <uint8_t>props[pos]
+    if n != PyBytes_GET_SIZE(user) or memcmp(props + pos + 1, PyBytes_AS_STRING(user), n) != 0:
+        pstate[0] = PS_IDLE
+        raise PreconditionFailed(
+            f"user_id property set to '{props[pos + 1:pos + 1 + n].decode('utf-8', 'replace')}' but "
+            f"authenticated user was '{user.decode('utf-8', 'replace')}'", 60, 40)
     return 0
 
 
@@ -212,6 +242,8 @@ cdef class Channel:
         plen = props_convert(p + 12, n - 12, self.rec.buf + self.rec.len, False)
         if plen != n - 12:
             raise FrameError("content header has bytes after its properties")
+        if (<uint8_t>p[13]) & USER_ID_FLAG and self.state.user_id is not None:
+            check_user_id(p + 12, self.state.user_id, &self.pstate)
         self.rec.len += plen
         self.props_len = plen
         if le16(self.rec.buf + self.props_off) & 0x0300 or self.state.set_timestamp:
@@ -287,6 +319,11 @@ cdef class Channel:
         self.ex_cache = ex
         return ex
 
+    def forget_exchange(self):
+        """Permissions changed: the next publish looks its exchange up (and
+        checks write access) again."""
+        self.ex_cache = None
+
     def lookup_exchange(self, str name):
         """-> Exchange the user may publish to, or raise (404/403).
         Implemented by the control plane's subclass."""
@@ -338,7 +375,10 @@ cdef class Channel:
         cdef bint any_consumer = False
         if not queues:
             if mandatory:
+                self.return_unroutable_count += 1
                 self.send_return(312, b"NO_ROUTE", rec)
+            else:
+                self.drop_unroutable_count += 1
             return 0
         if immediate:
             for x in queues:
@@ -578,6 +618,7 @@ cdef class Channel:
         cdef WriteBuffer wb = self.state.wbuf
         cdef const char *rec = q.get(&sp, &redelivered, no_ack)
         if rec is NULL:
+            q.get_empty_count += 1
             wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_EMPTY)
             wb.write_shortstr(b"", 0)
             wb.end_frame()
@@ -591,6 +632,7 @@ cdef class Channel:
         wb.end_frame()
         write_content(wb, self.id, rec, self.state.frame_max)
         if no_ack:
+            q.get_no_ack_count += 1
             q.store.delete(sp)
             schedule_queue(q)
         else:

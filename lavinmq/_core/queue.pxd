@@ -94,6 +94,9 @@ cdef class Queue:
         CountMap deliveries                 # sp -> deliveries so far, with a delivery limit
         public uint64_t consumer_timeout    # ms, 0: none
         public Deduper dedup                # x-message-deduplication, or None
+        public uint64_t deliver_no_ack_count   # part of deliver_count (API: deliver vs deliver_no_ack)
+        public uint64_t get_no_ack_count       # part of get_count
+        public uint64_t get_empty_count
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1

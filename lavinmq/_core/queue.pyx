@@ -502,6 +502,7 @@ cdef class Queue:
             if redelivered:
                 self.redeliver_count += 1
             if c.no_ack:
+                self.deliver_no_ack_count += 1
                 c.deliver(rec, sp, redelivered)
                 self.store.delete(sp)
             else:

@@ -660,6 +660,15 @@ cdef class MessageStore:
             self._advance_reader()
         return NULL
 
+    def peek_head(self):
+        """The next ready record as bytes, without taking it (None if there
+        is none): for the API's head_message_timestamp, once per request."""
+        cdef SP sp
+        cdef const char *rec = self.peek(&sp)
+        if rec is NULL:
+            return None
+        return rec[:sp.size]
+
     def _advance_reader(self):
         cdef Segment old = self.rseg
         cdef Segment nxt = None

@@ -5,6 +5,7 @@ import base64
 import logging
 import secrets
 
+from lavinmq import churn
 from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
     AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed,
@@ -108,6 +109,7 @@ class AMQPChannel(CoreChannel):
         if q.exclusive_owner is conn and q not in conn.exclusive_queues:
             conn.exclusive_queues.append(q)
         conn.last_queue = q.name
+        churn.count("queue_declared")
         if not nowait:
             self.send(50, 11, (q.name, q.message_count, q.consumer_count))
 
@@ -191,6 +193,7 @@ class AMQPChannel(CoreChannel):
         c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
         self.consumers[tag] = c
+        churn.count("consumer_added")
         if not nowait:
             self.send(60, 21, (tag,))
         q.add_consumer(c)
@@ -221,6 +224,7 @@ class AMQPChannel(CoreChannel):
             self.send(60, 31, (tag,))
 
     def _remove_consumer(self, c):
+        churn.count("consumer_removed")
         q = c.queue
         if getattr(q, "direct_reply", False):
             self.direct_reply = None

@@ -7,16 +7,20 @@ import platform
 import time
 
 import lavinmq
+from lavinmq import churn
 from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.auth.users import is_loopback_address
+from lavinmq.listener import RateLimitedLog
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
 )
 
 log = logging.getLogger("lavinmq.connection")
+_handshake_log = RateLimitedLog(log, logging.INFO)
+_login_log = RateLimitedLog(log, logging.WARNING)
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -57,6 +61,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.last_queue = None
         self.peer = ("?", 0)
         self.name = "?"
+        self.phase_opened = False
+        self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
+        self.tls = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -67,11 +74,15 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.peer = peer
         self.local = local
         self.connected_at = int(time.time() * 1000)
+        self.accepted = time.monotonic()    # handshake_timeout counts from here
+        self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
         self.server.connections.add(self)
+        churn.count("connection_created")
         log.debug("connection from %s", self.name)
 
     def connection_lost(self, exc):
+        churn.count("connection_closed")
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
@@ -80,7 +91,12 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self._cleanup()
         self.transport = None
         self.release_buffer()
-        log.debug("connection %s closed", self.name)
+        if self.ticket is not None:
+            self.ticket.release()
+        if self.user is not None and self.phase_opened:
+            log.info("connection %s closed (user %s)", self.name, self.user.name)
+        else:
+            log.debug("connection %s closed", self.name)
 
     def set_blocked(self, blocked, reason="low on disk"):
         """A resource alarm starts or ends: tell clients that asked
@@ -166,12 +182,14 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             return self._open_channel(ch)
         if key == (20, 40):
             crossing = channel.closing     # we sent channel.close too: wait for its close-ok
+            churn.count("channel_closed")
             channel.cleanup()
             self.send_method(ch, 20, 41)
             if not crossing:
                 self.set_channel(ch, None)
             return
         if key == (20, 41):
+            churn.count("channel_closed")
             self.set_channel(ch, None)
             return
         if key == (20, 10):
@@ -215,16 +233,29 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                 pass
         else:
             raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
-        user = self.server.users.authenticate(username, password) if username is not None else None
-        if user is not None and getattr(user, "loopback_only", False) and not is_loopback_address(self.peer[0]):
-            log.warning("user %s may only connect from loopback, refused from %s", username, self.peer[0])
+        throttle = getattr(self.server, "login_throttle", None)
+        address = self.peer[0] if isinstance(self.peer[0], str) else ""
+        if throttle is not None and throttle.blocked_for(address):
+            # backing off: refused without looking at the password
             user = None
+            _login_log("login refused for user %r from %s: too many failed logins, backing off", username,
+                       address)
+        else:
+            user = self.server.users.authenticate(username, password) if username is not None else None
+            if user is not None and user.loopback_only and not is_loopback_address(address):
+                _login_log("user %s may only connect from loopback, refused from %s", username, address)
+                user = None
+            elif user is None:
+                _login_log("login refused for user %r from %s", username, self.name)
+            if throttle is not None:
+                throttle.succeeded(address) if user is not None else throttle.failed(address)
         if user is None:
-            log.warning("login refused for user %r from %s", username, self.name)
             raise AccessRefusedHard(
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)
         self.user = user
+        # publishes may only carry this user_id (checked in _core, only for messages that have one)
+        self.state.user_id = None if "impersonator" in user.tags else user.name.encode("utf-8", "surrogateescape")
         self.send_method(0, 10, 30, (self.channel_max, self.frame_max, self.heartbeat_interval))
 
     def _tune_ok(self, channel_max, frame_max, heartbeat):
@@ -256,11 +287,28 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.vhost = vhost
         vhost.connections.add(self)
         self.phase = 2
+        self.phase_opened = True
         self.send_method(0, 10, 41, ("",))
         self.state.blocked = self.server.disk_alarm
         if self.state.blocked and self.capabilities.get("connection.blocked"):
             self.send_method(0, 10, 60, ("low on disk",))
         log.info("connection %s opened by user %s on vhost %s", self.name, self.user.name, vhost_name)
+
+    def permissions_changed(self):
+        """The user's permissions on this vhost changed: publishes are checked
+        again (the channels' exchange caches go) and consumers of queues it
+        may no longer read are cancelled (basic.cancel, as for a deleted queue)."""
+        for ch in self.open_channels():
+            if ch.closing:
+                continue
+            ch.forget_exchange()
+            for c in list(ch.consumers.values()):
+                if not self.user.can_read(self.vhost.name, c.queue.name):
+                    ch.consumers.pop(c.tag, None)
+                    ch._remove_consumer(c)
+                    if self.capabilities.get("consumer_cancel_notify"):
+                        ch.send(60, 30, (c.tag, True))
+        self.flush()
 
     # -- channels ---------------------------------------------------------------
 
@@ -270,6 +318,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             raise NotAllowed(f"number of channels opened ({self.open_count}) has reached the "
                              f"negotiated channel_max ({self.channel_max})", 20, 10)
         self.set_channel(ch, AMQPChannel(self, ch))
+        churn.count("channel_created")
         self.send_method(ch, 20, 11, (b"",))
 
     # -- errors -----------------------------------------------------------------
@@ -329,6 +378,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def _cleanup(self):
         for ch in self.open_channels():
+            churn.count("channel_closed")
             ch.cleanup()
             self.set_channel(ch.id, None)
         queues, self.exclusive_queues = self.exclusive_queues, []
@@ -356,6 +406,14 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     # -- heartbeats (driven by the server's housekeeping timer) ----------------------
 
     def check_heartbeat(self, now):
+        if self.phase < 2 and now - self.accepted > self.config.handshake_timeout:
+            # no login within handshake_timeout: the socket goes, whatever it sent
+            _handshake_log("%s: no connection.open within %d s (handshake_timeout), closed", self.name,
+                           self.config.handshake_timeout)
+            self.phase = 4
+            if self.transport is not None:
+                self.transport.abort()
+            return
         if self.phase != 2 or not self.heartbeat_interval:
             return
         if now - self.last_recv > 2 * self.heartbeat_interval:

@@ -9,6 +9,7 @@ in LavinMQ's format, which is RabbitMQ's definitions format for users:
 Permission patterns follow RabbitMQ: a regex searched in the resource name
 (unanchored unless the pattern says ^ or $); "" and "^$" match nothing.
 """
+import contextlib
 import ipaddress
 import logging
 import os
@@ -163,10 +164,22 @@ class UserStore:
     administrator with full permissions on "/"."""
 
     def __init__(self, data_dir, default_user="guest", default_password="guest", *,
-                 default_password_hash=None, default_user_only_loopback=True):
+                 default_password_hash=None, default_user_only_loopback=True, loopback_users=("guest",)):
         self.path = os.path.join(data_dir, "users.json")
         self.default_user = default_user
+        # Users that may only log in from loopback, by name (RabbitMQ's
+        # loopback_users, plus LavinMQ's default_user_only_loopback): a user
+        # deleted and created again, or created later, gets the rule too.
+        self.loopback_names = set(parse_tags(loopback_users))
+        if default_user_only_loopback:
+            self.loopback_names.add(default_user)
         self.users = {}
+        self._batch_depth = 0
+        self._unsaved = False
+        # called with (user name, vhost or None) after a user is deleted or
+        # its permissions change, so open connections follow (Server sets it)
+        self.on_change = None
+        self._changed = set()
         if os.path.exists(self.path):
             self._load()
         else:
@@ -174,17 +187,18 @@ class UserStore:
                           tags=("administrator",), password_hash=default_password_hash)
             self.set_permissions(default_user, "/", ".*", ".*", ".*")
             log.info("created default user %s", default_user)
-        # As LavinMQ's default_user_only_loopback (RabbitMQ's loopback_users):
-        # the well-known default credentials only work from this machine.
-        user = self.users.get(default_user)
-        if user is not None:
-            user.loopback_only = default_user_only_loopback
 
     @classmethod
     def from_config(cls, config):
         return cls(config.data_dir, config.default_user, config.default_password,
                    default_password_hash=config.default_password_hash,
-                   default_user_only_loopback=config.default_user_only_loopback)
+                   default_user_only_loopback=config.default_user_only_loopback,
+                   loopback_users=config.loopback_users)
+
+    def _adopt(self, user):
+        user.loopback_only = user.name in self.loopback_names
+        self.users[user.name] = user
+        return user
 
     def _load(self):
         try:
@@ -197,13 +211,49 @@ class UserStore:
                     user = User.from_json(d)
                 except ValueError as exc:
                     raise ValueError(f"user #{i} {d.get('name') if isinstance(d, dict) else ''!r}: {exc}") from None
-                self.users[user.name] = user
+                self._adopt(user)
         except (OSError, ValueError) as exc:   # orjson.JSONDecodeError is a ValueError
             raise ConfigError(f"cannot load {self.path}: {exc}") from None
         log.debug("%d users loaded", len(self.users))
 
+    @contextlib.contextmanager
+    def batch(self):
+        """Many changes, one write of users.json (an import of thousands of
+        users is one fsync, not one each). All or nothing: on an exception
+        every user is as before, the same objects open connections hold."""
+        before = {name: (u, u.password_hash, u.hashing_algorithm, list(u.tags), dict(u.permissions))
+                  for name, u in self.users.items()}
+        self._batch_depth += 1
+        try:
+            yield self
+        except BaseException:
+            self.users.clear()
+            for name, (u, password_hash, algorithm, tags, perms) in before.items():
+                u.password_hash, u.hashing_algorithm, u.tags, u.permissions = password_hash, algorithm, tags, perms
+                self.users[name] = u
+            self._changed.clear()
+            raise
+        finally:
+            self._batch_depth -= 1
+        if self._batch_depth == 0:
+            if self._unsaved:
+                self.save()
+            changed, self._changed = self._changed, set()
+            for name, vhost in changed:
+                self._notify(name, vhost)
+
+    def _notify(self, name, vhost):
+        if self._batch_depth:
+            self._changed.add((name, vhost))
+        elif self.on_change is not None:
+            self.on_change(name, vhost)
+
     def save(self):
         """Write users.json atomically: a crash leaves the old or the new file."""
+        if self._batch_depth:
+            self._unsaved = True
+            return
+        self._unsaved = False
         data = orjson.dumps([u.to_json() for u in self.users.values()], option=orjson.OPT_INDENT_2)
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # hashes: owner only
@@ -257,9 +307,12 @@ class UserStore:
         elif password_hash:
             check_hash(password_hash, algorithm)
         old = self.users.get(name)
-        user = User(name, password_hash or "", algorithm, parse_tags(tags),
-                    old.permissions if old else None, old.loopback_only if old else False)
-        self.users[name] = user
+        if old is not None:
+            # the same object: open connections see its new tags at once
+            old.password_hash, old.hashing_algorithm, old.tags = password_hash or "", algorithm, parse_tags(tags)
+            user = old
+        else:
+            user = self._adopt(User(name, password_hash or "", algorithm, parse_tags(tags)))
         self.save()
         return user
 
@@ -267,6 +320,7 @@ class UserStore:
         if self.users.pop(name, None) is None:
             return False
         self.save()
+        self._notify(name, None)
         return True
 
     def change_password(self, name, password):
@@ -285,11 +339,13 @@ class UserStore:
         rabbitmqctl set_permissions). ValueError on a bad regex."""
         self.users[user].permissions[vhost] = Permissions(configure, write, read)
         self.save()
+        self._notify(user, vhost)
 
     def clear_permissions(self, user, vhost) -> bool:
         if self.users[user].permissions.pop(vhost, None) is None:
             return False
         self.save()
+        self._notify(user, vhost)
         return True
 
     def remove_vhost(self, vhost):

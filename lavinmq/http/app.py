@@ -3,16 +3,18 @@ aiohttp application, Basic auth by the broker's users with RabbitMQ's tag
 rules, JSON errors, list query parameters, and the listeners: the TCP
 management port, the control UNIX socket (lavinmqctl) and the
 metrics-only port."""
+import asyncio
 import json
 import logging
 import os
-import re
 
 from aiohttp import web
 
 from lavinmq.errors import AMQPError
+from lavinmq.listener import RateLimitedLog
 
 log = logging.getLogger("lavinmq.http")
+_login_log = RateLimitedLog(log)
 
 # tags -> what they may do, as RabbitMQ's management plugin
 MONITORING = {"administrator", "monitoring"}
@@ -44,8 +46,10 @@ AMQP_STATUS = {404: 404, 403: 403, 405: 400, 406: 400, 530: 400}
 @web.middleware
 async def errors_and_auth(request, handler):
     try:
-        if not request.path.startswith("/api/") and request.path not in ("/metrics",):
+        if not request.path.startswith("/api/") and request.path not in ("/metrics", "/metrics/detailed"):
             return await handler(request)
+        if request.method not in SAFE_METHODS:
+            check_not_cross_site(request)
         if not request.app.get("open"):
             request["user"] = authenticate(request)
         return await handler(request)
@@ -57,12 +61,39 @@ async def errors_and_auth(request, handler):
         return resp
     except AMQPError as exc:
         return error_response(AMQP_STATUS.get(exc.reply_code, 400), "bad_request", exc.reply_text)
+    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError) as exc:
+        # input of a shape no handler checked for: still the client's fault, never a 500
+        log.warning("HTTP %s %s: unexpected input: %r", request.method, request.path, exc)
+        return error_response(400, "bad_request", f"bad request: {exc}")
     except web.HTTPException as exc:
         if exc.status == 405:
             return error_response(405, "Method Not Allowed", f"{request.method} is not allowed here")
         if exc.status == 404:
             return error_response(404, "Object Not Found", "Not Found")
         raise
+
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def check_not_cross_site(request):
+    """CSRF: a browser that holds the API's Basic credentials must not be
+    made to change anything by another site. Forms and no-cors fetches
+    cannot send Content-Type application/json, and a browser names the
+    page's origin in Origin (and Sec-Fetch-Site) on every such request."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        import urllib.parse
+        parts = urllib.parse.urlsplit(origin)
+        if origin == "null" or parts.netloc.lower() != request.host.lower():
+            raise HTTPError(403, f"cross-origin request from {origin} refused", "forbidden")
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        raise HTTPError(403, "cross-site request refused", "forbidden")
+    # a body must be declared JSON (no request without a body changes state in
+    # a way a form could use: a browser names the Origin of those anyway)
+    if request.method in ("POST", "PUT") and request.content_type != "application/json" and (
+            request.body_exists or "Content-Type" in request.headers):
+        raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
 
 
 def authenticate(request):
@@ -76,14 +107,19 @@ def authenticate(request):
     except (binascii.Error, UnicodeDecodeError):
         raise HTTPError(401, "Not_Authorized")
     server = request.app["server"]
-    u = server.users.authenticate(user, password)
-    if u is None:
+    peer = request.remote or ""
+    throttle = server.login_throttle
+    if throttle.blocked_for(peer):
+        _login_log("HTTP login refused for user %r from %s: too many failed logins, backing off", user, peer)
         raise HTTPError(401, "Login failed")
+    u = server.users.authenticate(user, password)
+    if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
+        throttle.failed(peer)
+        _login_log("HTTP login refused for user %r from %s", user, peer)
+        raise HTTPError(401, "Login failed")
+    throttle.succeeded(peer)
     if not u.tags:
         raise HTTPError(401, "Login failed")       # users without any tag have no management access
-    peer = request.remote or ""
-    if u.loopback_only and peer and not _is_loopback(peer):
-        raise HTTPError(401, "Login failed")
     return u
 
 
@@ -107,13 +143,36 @@ def require_vhost(request, vhost):
 
 
 async def body_json(request):
+    """The request's JSON object, read within http_read_timeout."""
     try:
-        data = await request.json() if request.can_read_body else {}
+        async with asyncio.timeout(request.app["server"].config.http_read_timeout):
+            data = await request.json() if request.can_read_body else {}
+    except TimeoutError:
+        raise HTTPError(408, "request body not received in time (http_read_timeout)")
     except ValueError as exc:
         raise HTTPError(400, f"Malformed JSON: {exc}")
     if not isinstance(data, dict):
         raise HTTPError(400, "Malformed JSON: expected an object")
     return data
+
+
+_MISSING = object()
+KIND_NAMES = {bool: "a boolean", str: "a string", dict: "an object", int: "an integer", list: "a list"}
+
+
+def typed(body, key, kind, default=_MISSING):
+    """body[key] checked against kind (bool, str, dict, int); a bad type is a
+    400 naming the field. Booleans may also be "true"/"false" as RabbitMQ takes them."""
+    value = body.get(key, default)
+    if value is _MISSING:
+        raise HTTPError(400, f"{key} is required")
+    if value is None and default is not _MISSING:
+        return default
+    if kind is bool and value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise HTTPError(400, f"{key} must be {KIND_NAMES[kind]}, not {type(value).__name__}")
 
 
 def listing(request, items):
@@ -123,10 +182,7 @@ def listing(request, items):
     name = q.get("name")
     if name:
         if q.get("use_regex") == "true":
-            try:
-                rx = re.compile(name)
-            except re.error as exc:
-                raise HTTPError(400, f"bad regex: {exc}")
+            rx = linear_regex(name)
             items = [i for i in items if rx.search(str(i.get("name", "")))]
         else:
             items = [i for i in items if name in str(i.get("name", ""))]
@@ -156,6 +212,26 @@ def listing(request, items):
                                   "page": page, "page_count": max(1, -(-total // size)),
                                   "page_size": size, "total_count": total})
     return web.json_response(items)
+
+
+MAX_FILTER_REGEX = 1024       # characters
+
+
+def linear_regex(pattern):
+    """A client's regex, matched in linear time (RE2: no backtracking, so no
+    pattern can stall the event loop; backreferences and lookarounds are
+    refused with a 400)."""
+    import re2
+    if len(pattern) > MAX_FILTER_REGEX:
+        raise HTTPError(400, f"regex longer than {MAX_FILTER_REGEX} characters")
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 8 << 20
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise HTTPError(400, f"bad regex: {reason}")
 
 
 def _pick(item, cols):
@@ -190,12 +266,14 @@ def build_app(server, open_access=False):
     app["open"] = open_access
     if open_access:
         app.router.add_get("/metrics", metrics.metrics)
+        app.router.add_get("/metrics/detailed", metrics.detailed)
         return app
     runtime.add_routes(app)
     objects.add_routes(app)
     policies.add_routes(app)
     messages.add_routes(app)
     app.router.add_get("/metrics", metrics.metrics)
+    app.router.add_get("/metrics/detailed", metrics.detailed)
     return app
 
 
@@ -206,40 +284,63 @@ class HTTPServer:
         from lavinmq.http.stats import Sampler
         self.server = server
         self.runners = []
+        self.listeners = []         # lavinmq.listener.Listener (TCP, TLS)
+        self.unix_servers = []
         self.sampler = Sampler(server, server.config.stats_interval)
 
     async def start(self):
+        from lavinmq.http import listen
         cfg = self.server.config
+        guard = self.server.guard
+        timeout = cfg.http_read_timeout
         self.sampler.start()
+        mgmt = await self._runner(build_app(self.server))
         if cfg.http_port:
-            await self._site(build_app(self.server), "tcp", cfg.http_bind, cfg.http_port, "management")
-        path = cfg.control_unix_path or os.path.join(cfg.data_dir, "lavinmqctl.sock")
-        await self._site(build_app(self.server), "unix", path, None, "control")
+            self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.http_port, "HTTP port",
+                                                      "--http-port / [mgmt] port", timeout))
+        if cfg.https_port and self.server.tls_context is not None:
+            self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.https_port, "HTTPS port",
+                                                      "--https-port / [mgmt] tls_port", timeout,
+                                                      self.server.tls_context))
+        path = self.control_path
+        control = await self._runner(build_app(self.server))
+        self.unix_servers.append(await listen.unix_server(control, path, timeout))
         if cfg.metrics_http_port:
-            await self._site(build_app(self.server, open_access=True), "tcp", cfg.metrics_http_bind,
-                             cfg.metrics_http_port, "metrics")
+            metrics = await self._runner(build_app(self.server, open_access=True))
+            self.listeners.append(listen.tcp_listener(metrics, guard, cfg.metrics_http_bind, cfg.metrics_http_port,
+                                                      "metrics port",
+                                                      "--metrics-http-port / [main] metrics_http_port", timeout))
 
-    async def _site(self, app, kind, host, port, what):
+    @property
+    def control_path(self):
+        cfg = self.server.config
+        return cfg.control_unix_path or os.path.join(cfg.data_dir, "lavinmqctl.sock")
+
+    def set_tls_context(self, ctx):
+        for listener in self.listeners:
+            if listener.ssl is not None:
+                listener.ssl = ctx
+
+    async def _runner(self, app):
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        if kind == "tcp":
-            site = web.TCPSite(runner, host, port, reuse_address=True)
-        else:
-            try:
-                os.unlink(host)
-            except FileNotFoundError:
-                pass
-            site = web.UnixSite(runner, host)
-        await site.start()
-        if kind == "unix":
-            os.chmod(host, 0o660)
         self.runners.append(runner)
-        log.info("HTTP %s listening on %s", what, host if kind == "unix" else f"{host}:{port}")
+        return runner
 
     async def stop(self):
         self.sampler.stop()
+        for listener in self.listeners:
+            listener.close()
+        for server in self.unix_servers:
+            server.close()
         for runner in self.runners:
             await runner.cleanup()
+        # a clean stop leaves no socket file behind (a crash leaves one, replaced at the next start)
+        try:
+            if self.unix_servers:
+                os.unlink(self.control_path)
+        except OSError:
+            pass
 
 
 def dumps(value):

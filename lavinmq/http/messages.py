@@ -8,7 +8,7 @@ import time
 from aiohttp import web
 
 from lavinmq._core import codec
-from lavinmq.http.app import HTTPError, MANAGEMENT, body_json, not_found, require, vhost_of
+from lavinmq.http.app import HTTPError, MANAGEMENT, body_json, not_found, require, typed, vhost_of
 
 PROPERTY_TYPES = {"content_type": str, "content_encoding": str, "headers": dict, "delivery_mode": int,
                   "priority": int, "correlation_id": str, "reply_to": str, "expiration": str,
@@ -59,21 +59,26 @@ async def publish(request):
     user = request["user"]
     if not user.can_write(vhost.name, ex.name):
         raise HTTPError(403, f"write access to exchange '{ex.name}' refused for user '{user.name}'")
+    if ex.internal:
+        raise HTTPError(403, f"cannot publish to internal exchange '{ex.name}' in vhost '{vhost.name}'")
     body = await body_json(request)
-    for key in ("routing_key", "payload", "payload_encoding"):
-        if key not in body:
-            raise HTTPError(400, f"{key} is required")
-    if body["payload_encoding"] == "string":
-        payload = str(body["payload"]).encode()
-    elif body["payload_encoding"] == "base64":
+    rk = typed(body, "routing_key", str)
+    text = typed(body, "payload", str)
+    encoding = typed(body, "payload_encoding", str)
+    if encoding == "string":
+        payload = text.encode("utf-8", "surrogatepass")
+    elif encoding == "base64":
         try:
-            payload = base64.b64decode(body["payload"], validate=True)
+            payload = base64.b64decode(text, validate=True)
         except ValueError:
             raise HTTPError(400, "payload is not base64")
     else:
         raise HTTPError(400, "payload_encoding must be string or base64")
-    props = _check_props(body.get("properties") or {})
-    rk = str(body["routing_key"])
+    props = _check_props(typed(body, "properties", dict, {}))
+    uid = props.get("user_id")
+    if uid is not None and uid != user.name and "impersonator" not in user.tags:
+        raise HTTPError(400, f"PRECONDITION_FAILED - user_id property set to '{uid}' but authenticated user "
+                             f"was '{user.name}'")
     rec = build_record(ex.name, rk, props, payload)
     queues, _ = ex.resolve(rk, props.get("headers") or {})
     ex.publish_in_count += 1
@@ -94,17 +99,20 @@ async def get(request):
     user = request["user"]
     if not user.can_read(vhost.name, q.name):
         raise HTTPError(403, f"read access to queue '{q.name}' refused for user '{user.name}'")
+    vhost.check_exclusive(q, None, 60, 70)
     body = await body_json(request)
     count = body.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise HTTPError(400, "count must be a positive integer")
-    ackmode = body.get("ackmode", "ack_requeue_true")
+    ackmode = typed(body, "ackmode", str, "ack_requeue_true")
     if ackmode not in ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"):
         raise HTTPError(400, f"bad ackmode {ackmode!r}")
-    encoding = body.get("encoding", "auto")
+    encoding = typed(body, "encoding", str, "auto")
     if encoding not in ("auto", "base64"):
         raise HTTPError(400, "encoding must be auto or base64")
-    truncate = body.get("truncate")
+    truncate = typed(body, "truncate", int, None)
+    if truncate is not None and truncate < 0:
+        raise HTTPError(400, "truncate must be a non-negative integer")
     if q.closed:
         raise HTTPError(400, f"queue '{q.name}' is closed: {q.store.error}")
     out = []
@@ -114,7 +122,7 @@ async def get(request):
         left -= 1
         size = len(payload)
         if truncate is not None:
-            payload = payload[:int(truncate)]
+            payload = payload[:truncate]
         try:
             text = payload.decode() if encoding == "auto" else None
             payload_out, enc = (text, "string") if text is not None else (None, None)

@@ -10,7 +10,7 @@ from aiohttp import web
 from lavinmq.auth.password import algorithm_name
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.app import (HTTPError, MANAGEMENT, POLICYMAKER, body_json, listing, not_found,
-                              require, require_vhost, vhost_of)
+                              require, require_vhost, typed, vhost_of)
 from lavinmq.http import shapes
 
 ADMIN = {"administrator"}
@@ -27,13 +27,13 @@ async def list_vhosts(request):
     require(request, MANAGEMENT)
     user = request["user"]
     server = request.app["server"]
-    return listing(request, [shapes.vhost(v) for n, v in server.vhosts.items()
+    return listing(request, [shapes.vhost(v, server) for n, v in server.vhosts.items()
                              if user.is_administrator or user.can_access(n)])
 
 
 async def get_vhost(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.vhost(vhost_of(request)))
+    return web.json_response(shapes.vhost(vhost_of(request), request.app["server"]))
 
 
 async def put_vhost(request):
@@ -77,14 +77,17 @@ async def put_user(request):
     name = request.match_info["user"]
     existed = name in users
     tags = body.get("tags", "")
-    if isinstance(tags, list):
+    if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
         tags = ",".join(tags)
+    elif not isinstance(tags, str):
+        raise HTTPError(400, "tags must be a string or a list of strings")
     try:
         if "password" in body:
-            users.add_user(name, password=str(body["password"]), tags=tags)
+            users.add_user(name, password=typed(body, "password", str), tags=tags)
         elif "password_hash" in body:
-            users.add_user(name, password_hash=body["password_hash"], tags=tags,
-                           hashing_algorithm=body.get("hashing_algorithm") or "rabbit_password_hashing_sha256")
+            users.add_user(name, password_hash=typed(body, "password_hash", str), tags=tags,
+                           hashing_algorithm=typed(body, "hashing_algorithm", str,
+                                                   "rabbit_password_hashing_sha256") or "rabbit_password_hashing_sha256")
         else:
             raise HTTPError(400, "password or password_hash must be given")
     except ValueError as exc:
@@ -96,6 +99,20 @@ async def delete_user(request):
     require(request, ADMIN)
     if not request.app["server"].users.delete_user(request.match_info["user"]):
         raise not_found()
+    return web.Response(status=NO_CONTENT)
+
+
+async def bulk_delete_users(request):
+    """POST /api/users/bulk-delete {"users": [...]}: one write of users.json."""
+    require(request, ADMIN)
+    body = await body_json(request)
+    names = typed(body, "users", list)
+    if not all(isinstance(n, str) for n in names):
+        raise HTTPError(400, "users must be a list of names")
+    users = request.app["server"].users
+    with users.batch():
+        for name in names:
+            users.delete_user(name)
     return web.Response(status=NO_CONTENT)
 
 
@@ -135,8 +152,8 @@ async def put_permission(request):
         raise HTTPError(400, f"user {user!r} or vhost {vhost!r} does not exist")
     existed = vhost in server.users.get(user).permissions
     try:
-        server.users.set_permissions(user, vhost, body.get("configure", ""), body.get("write", ""),
-                                     body.get("read", ""))
+        server.users.set_permissions(user, vhost, typed(body, "configure", str, ""), typed(body, "write", str, ""),
+                                     typed(body, "read", str, ""))
     except ValueError as exc:
         raise HTTPError(400, str(exc))
     return created(existed)
@@ -186,11 +203,9 @@ async def put_exchange(request):
     name = request.match_info["exchange"]
     _check_user(request, "configure", vhost, name)
     existed = name in vhost.exchanges
-    if "type" not in body:
-        raise HTTPError(400, "type is required")
-    vhost.declare_exchange(name, body["type"], bool(body.get("durable", True)),
-                           bool(body.get("auto_delete", False)), bool(body.get("internal", False)),
-                           body.get("arguments") or {})
+    vhost.declare_exchange(name, typed(body, "type", str), typed(body, "durable", bool, True),
+                           typed(body, "auto_delete", bool, False), typed(body, "internal", bool, False),
+                           typed(body, "arguments", dict, {}))
     return created(existed)
 
 
@@ -231,15 +246,22 @@ async def put_queue(request):
     name = request.match_info["queue"]
     _check_user(request, "configure", vhost, name)
     existed = name in vhost.queues
-    vhost.declare_queue(name, bool(body.get("durable", True)), None, bool(body.get("auto_delete", False)),
-                        body.get("arguments") or {})
+    vhost.declare_queue(name, typed(body, "durable", bool, True), None, typed(body, "auto_delete", bool, False),
+                        typed(body, "arguments", dict, {}))
     return created(existed)
+
+
+def _not_exclusive(vhost, q, method_id):
+    """Another connection's exclusive queue is not the API's to touch, as
+    over AMQP (405 RESOURCE_LOCKED, answered 400 like RabbitMQ's API)."""
+    vhost.check_exclusive(q, None, 50, method_id)
 
 
 async def delete_queue(request):
     require(request, MANAGEMENT)
     vhost, q = _queue(request)
     _check_user(request, "configure", vhost, q.name)
+    _not_exclusive(vhost, q, 40)
     vhost.delete_queue(q.name, if_unused=request.query.get("if-unused") == "true",
                        if_empty=request.query.get("if-empty") == "true")
     return web.Response(status=NO_CONTENT)
@@ -249,6 +271,7 @@ async def purge_queue(request):
     require(request, MANAGEMENT)
     vhost, q = _queue(request)
     _check_user(request, "read", vhost, q.name)
+    _not_exclusive(vhost, q, 30)
     q.purge()
     return web.Response(status=NO_CONTENT)
 
@@ -320,8 +343,8 @@ async def post_binding(request):
     require(request, MANAGEMENT)
     vhost, src, kind, dest = _pair(request)
     body = await body_json(request)
-    rk = str(body.get("routing_key", ""))
-    args = body.get("arguments") or {}
+    rk = typed(body, "routing_key", str, "")
+    args = typed(body, "arguments", dict, {})
     _check_user(request, "write", vhost, dest.name)
     _check_user(request, "read", vhost, src.name)
     if kind == "q":
@@ -340,7 +363,9 @@ async def binding_by_key(request):
         if b.destination is dest and shapes.properties_key(b.routing_key, b.arguments) == key:
             if request.method == "GET":
                 return web.json_response(shapes.binding(vhost, b))
+            # as queue.unbind/exchange.unbind: write on the destination, read on the source
             _check_user(request, "write", vhost, dest.name)
+            _check_user(request, "read", vhost, src.name)
             if kind == "q":
                 vhost.unbind_queue(dest.name, src.name, b.routing_key, b.arguments)
             else:
@@ -383,6 +408,7 @@ def add_routes(app):
     r.add_get("/api/vhosts", list_vhosts)
     r.add_route("*", "/api/vhosts/{vhost}", _method(get_vhost, put_vhost, delete_vhost))
     r.add_get("/api/users", list_users)
+    r.add_post("/api/users/bulk-delete", bulk_delete_users)
     r.add_route("*", "/api/users/{user}", _method(get_user, put_user, delete_user))
     r.add_get("/api/permissions", list_permissions)
     r.add_get("/api/users/{user}/permissions", user_permissions)

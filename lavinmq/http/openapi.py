@@ -161,6 +161,23 @@ PATHS = {
     "/api/definitions": {"get": _op("export definitions", ref("Definitions")),
                          "post": _op("import definitions", body=OBJ)},
     "/api/aliveness-test/{vhost}": {"get": _op("the vhost answers", ref("Status"))},
+    "/api/nodes/{node}": {"get": _op("a node", ref("Node"))},
+    "/api/healthchecks/node/{node}": {"get": _op("the node answers", ref("Status"))},
+    "/api/users/bulk-delete": {"post": _op("delete users", body=obj(["users"], users=array(STR)))},
+    "/api/exchanges/{vhost}/{exchange}/publish": {"post": _op(
+        "publish a message", obj(["routed"], routed=BOOL),
+        body=obj(["routing_key", "payload", "payload_encoding"], routing_key=STR, payload=STR,
+                 payload_encoding={"enum": ["string", "base64"]}, properties=OBJ))},
+    "/api/queues/{vhost}/{queue}/get": {"post": _op(
+        "take messages", array(OBJ),
+        body=obj(["count", "ackmode", "encoding"], count=INT, truncate=INT,
+                 ackmode={"enum": ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
+                                   "reject_requeue_false"]},
+                 encoding={"enum": ["auto", "base64"]}))},
+    "/api/vhost-limits/{vhost}/{name}": {"put": _op("set a vhost limit", body=obj(["value"], value=INT)),
+                                         "delete": _op("clear a vhost limit")},
+    "/api/definitions/{vhost}": {"get": _op("export a vhost's definitions", ref("Definitions")),
+                                 "post": _op("import definitions into a vhost", body=OBJ)},
     "/api/health/checks/alarms": {"get": _op("no resource alarm", ref("Status"))},
 }
 for _path, _ops in PATHS.items():

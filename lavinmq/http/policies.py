@@ -3,7 +3,7 @@ The policies themselves live in the vhost (lavinmq.policy), which applies
 them at once; these routes only check who may do what."""
 from aiohttp import web
 
-from lavinmq.http.app import HTTPError, MANAGEMENT, POLICYMAKER, body_json, listing, not_found, require, vhost_of
+from lavinmq.http.app import HTTPError, POLICYMAKER, body_json, listing, not_found, require, vhost_of
 
 ADMIN = {"administrator"}
 
@@ -20,14 +20,14 @@ def _routes(operator):
     writer = ADMIN if operator else POLICYMAKER
 
     async def list_all(request):
-        require(request, MANAGEMENT)
+        require(request, POLICYMAKER)       # as RabbitMQ: policies are not for every management user
         return listing(request, [p for v in _vhosts(request) for p in v.policies.listing(operator)])
 
     async def one(request):
         vhost = vhost_of(request)
         name = request.match_info["name"]
         if request.method in ("GET", "HEAD"):
-            require(request, MANAGEMENT)
+            require(request, POLICYMAKER)
             p = vhost.policies.get(name, operator)
             if p is None:
                 raise not_found()

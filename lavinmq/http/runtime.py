@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 import lavinmq
-from lavinmq.http import shapes
+from lavinmq.http import compat, shapes
 from lavinmq.http.stats import rates_for
 from lavinmq.http.app import HTTPError, MANAGEMENT, MONITORING, listing, not_found, require, vhost_of
 
@@ -27,12 +27,34 @@ def totals(server):
     return queues, conns, chans
 
 
+def _visible_totals(request):
+    """Administrators and monitoring see the whole broker; other users the
+    vhosts they have permissions on, as RabbitMQ's overview."""
+    server = request.app["server"]
+    user = request["user"]
+    queues, conns, chans = totals(server)
+    if user.is_administrator or "monitoring" in user.tags:
+        return queues, conns, chans, list(server.vhosts.values())
+    vhosts = [v for n, v in server.vhosts.items() if user.can_access(n)]
+    conns = [c for c in conns if c.vhost in vhosts]
+    return ([q for q in queues if q.vhost in vhosts], conns,
+            [ch for c in conns for ch in c.open_channels()], vhosts)
+
+
+def _rates(server, vhosts):
+    if len(vhosts) == len(server.vhosts):
+        return rates_for("overall")
+    out = {}
+    for v in vhosts:
+        for k, r in (rates_for(("vhost", v.name)) or {}).items():
+            out[k] = out.get(k, 0) + r
+    return out
+
+
 async def overview(request):
     require(request, MANAGEMENT)
     server = request.app["server"]
-    queues, conns, chans = totals(server)
-    ready = sum(q.message_count for q in queues)
-    unacked = sum(q.unacked_count for q in queues)
+    queues, conns, chans, vhosts = _visible_totals(request)
     return web.json_response({
         "management_version": lavinmq.__version__, "product_name": "LavinMQ",
         "product_version": lavinmq.__version__, "lavinmq_version": lavinmq.__version__,
@@ -42,29 +64,34 @@ async def overview(request):
                            for t in ("direct", "fanout", "headers", "topic")],
         "object_totals": {"connections": len(conns), "channels": len(chans),
                           "consumers": sum(len(q.consumers) for q in queues), "queues": len(queues),
-                          "exchanges": sum(len(v.exchanges) for v in server.vhosts.values())},
-        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
-                         "messages_unacknowledged": unacked},
-        "message_stats": shapes.stats({"publish": sum(q.publish_count for q in queues),
-                                       "deliver": sum(q.deliver_count for q in queues),
-                                       "ack": sum(q.ack_count for q in queues)}, rates_for("overall")),
-        "listeners": [{"node": shapes.NODE, "protocol": "amqp", "ip_address": server.config.amqp_bind,
-                       "port": server.config.amqp_port}],
+                          "exchanges": sum(len(v.exchanges) for v in vhosts)},
+        **compat.overview_extra(server, queues, chans, vhosts, _rates(server, vhosts)),
     })
+
+
+async def node(request):
+    require(request, MONITORING)
+    if request.match_info["name"] != shapes.NODE:
+        raise not_found()
+    return web.json_response((await _node_list(request))[0])
 
 
 async def nodes(request):
     require(request, MONITORING)
+    return web.json_response(await _node_list(request))
+
+
+async def _node_list(request):
     server = request.app["server"]
     st = os.statvfs(server.data_dir)
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return web.json_response([{
+    return [{
         "name": shapes.NODE, "type": "disc", "running": True, "os_pid": str(os.getpid()),
         "uptime": shapes.uptime_ms(server.started), "processors": os.cpu_count(),
         "mem_used": rss_bytes(), "mem_alarm": False, "fd_used": len(os.listdir("/proc/self/fd")),
         "fd_total": soft, "disk_free": st.f_bavail * st.f_frsize,
         "disk_free_limit": server.config.disk_free_limit, "disk_free_alarm": server.disk_alarm,
-        "partitions": [], "applications": [], "rates_mode": "basic"}])
+        "partitions": [], "applications": [], "rates_mode": "basic", **compat.node_extra(server)}]
 
 
 def rss_bytes():
@@ -102,6 +129,10 @@ async def get_connection(request):
 async def delete_connection(request):
     require(request, MANAGEMENT)
     conn = _connection(request)
+    user = request["user"]
+    # monitoring may look at every connection; closing one is for administrators or its own user
+    if not user.is_administrator and (conn.user is None or conn.user.name != user.name):
+        raise HTTPError(403, "Access refused.")
     reason = request.headers.get("X-Reason", "Closed via management plugin")
     conn.close(320, f"CONNECTION_FORCED - {reason}")
     return web.Response(status=204)
@@ -170,6 +201,13 @@ async def health_protocol(request):
                              status=503)
 
 
+async def health_node(request):
+    require(request, MONITORING)
+    if request.match_info["node"] != shapes.NODE:
+        raise not_found()
+    return web.json_response({"status": "ok"})
+
+
 async def cluster_name(request):
     require(request, MANAGEMENT)
     return web.json_response({"name": shapes.NODE})
@@ -191,6 +229,9 @@ def add_routes(app):
     r.add_get("/api/cluster-name", cluster_name)
     r.add_get("/api/extensions", extensions)
     r.add_get("/api/healthchecks/node", health_ok)        # RabbitMQ's older health check
+    r.add_get("/api/healthchecks/node/", health_ok)
+    r.add_get("/api/healthchecks/node/{node}", health_node)
+    r.add_get("/api/nodes/{name}", node)
     r.add_get("/api/overview", overview)
     r.add_get("/api/nodes", nodes)
     r.add_get("/api/whoami", whoami)

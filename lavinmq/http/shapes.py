@@ -4,6 +4,7 @@ import time
 import urllib.parse
 
 from lavinmq.exchange import DefaultExchange
+from lavinmq.http import compat
 from lavinmq.http.stats import rates_for
 
 NODE = "lavinmq@localhost"
@@ -22,7 +23,7 @@ def stats(counters, rates=None):
     return out
 
 
-def vhost(v):
+def vhost(v, server=None):
     ready = sum(q.message_count for q in v.queues.values())
     unacked = sum(q.unacked_count for q in v.queues.values())
     r = rates_for(("vhost", v.name)) or {}
@@ -35,7 +36,7 @@ def vhost(v):
             "message_stats": stats({"publish": sum(q.publish_count for q in v.queues.values()),
                                     "deliver": sum(q.deliver_count for q in v.queues.values()),
                                     "ack": sum(q.ack_count for q in v.queues.values())}, r),
-            "limits": dict(v.limits)}
+            "limits": dict(v.limits), **(compat.vhost_extra(server, v) if server is not None else {})}
 
 
 def user(u):
@@ -55,7 +56,8 @@ def exchange(ex):
             "user_who_performed_action": "", "policy": getattr(ex, "policy", None),
             "effective_policy_definition": getattr(ex, "effective_policy_definition", {}),
             "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
-                                   rates_for(id(ex)))}
+                                   rates_for(id(ex))),
+            "incoming": [], "outgoing": []}     # per-channel/queue breakdowns: detailed rates mode only
 
 
 def queue(q, details=False):
@@ -69,9 +71,8 @@ def queue(q, details=False):
            "message_bytes_unacknowledged": q.unacked_bytes,
            "exclusive_consumer_tag": None, "policy": q.policy, "operator_policy": q.operator_policy,
            "effective_policy_definition": q.effective_policy_definition,
-           "message_stats": stats({"publish": q.publish_count, "deliver": q.deliver_count,
-                                   "deliver_get": q.deliver_count + q.get_count, "get": q.get_count,
-                                   "ack": q.ack_count, "redeliver": q.redeliver_count}, rates_for(id(q)))}
+           "message_stats": stats(compat.queue_message_stats(q), rates_for(id(q)))}
+    out.update(compat.queue_extra(q, details))
     r = rates_for(id(q)) or {}
     for key in ("messages", "messages_ready", "messages_unacknowledged"):
         out[key + "_details"] = rate(r.get(key))
@@ -136,11 +137,12 @@ def connection(conn, now=None):
             "peer_host": conn.peer[0], "peer_port": conn.peer[1],
             "host": conn.local[0] if hasattr(conn, "local") else None,
             "port": conn.local[1] if hasattr(conn, "local") else None,
-            "ssl": False, "type": "network", "connected_at": getattr(conn, "connected_at", None),
+            "ssl": bool(getattr(conn, "tls", False)), "type": "network", "connected_at": getattr(conn, "connected_at", None),
             "client_properties": _jsonable(conn.client_properties),
             "send_oct": st.send_oct, "recv_oct": st.recv_oct,
             "send_oct_details": rate((rates_for(id(conn)) or {}).get("send_oct")),
-            "recv_oct_details": rate((rates_for(id(conn)) or {}).get("recv_oct"))}
+            "recv_oct_details": rate((rates_for(id(conn)) or {}).get("recv_oct")),
+            **compat.connection_extra(conn)}
 
 
 def channel(ch):
@@ -152,7 +154,8 @@ def channel(ch):
             "messages_unacknowledged": ch.unacked_total, "prefetch_count": ch.prefetch_consumer,
             "global_prefetch_count": ch.prefetch_global, "state": "closing" if ch.closing else "running",
             "message_stats": stats({"publish": ch.publish_count, "deliver": ch.deliver_count,
-                                    "ack": ch.ack_count}, rates_for(id(ch)))}
+                                    "ack": ch.ack_count, **compat.channel_message_stats(ch)}, rates_for(id(ch))),
+            **compat.channel_extra(ch)}
 
 
 def _jsonable(value):
@@ -174,11 +177,14 @@ def definitions(server, only=None):
     out = {"lavinmq_version": lavinmq.__version__, "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
            "product_name": "LavinMQ", "product_version": lavinmq.__version__}
     if only is None:
-        out["users"] = [dict(user(u), **{"tags": ",".join(u.tags)}) for u in server.users.users.values()]
+        out["users"] = [user(u) for u in server.users.users.values()]      # tags as a list, as 3.10
+        out["global_parameters"] = [{"name": "cluster_name", "value": NODE}]
+        out["topic_permissions"] = []       # no topic permissions here
         out["vhosts"] = [{"name": v.name, "limits": v.limits, "metadata": {"description": "", "tags": []}}
                          for v in vhosts]
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
+    out["parameters"] = []      # no runtime parameter components (shovel, federation) yet
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,

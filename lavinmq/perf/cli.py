@@ -5,12 +5,15 @@ import sys
 
 import lavinmq
 
+# every option's help ends with its default (issue 13: "--uri shows its default")
+DEFAULTS = argparse.ArgumentDefaultsHelpFormatter
+
 
 def add_throughput(sub):
-    p = sub.add_parser("throughput", help="publish/consume throughput")
-    p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
-    p.add_argument("-x", "--publishers", type=int, default=1)
-    p.add_argument("-y", "--consumers", type=int, default=1)
+    p = sub.add_parser("throughput", help="publish/consume throughput", formatter_class=DEFAULTS)
+    p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F", help="broker to load")
+    p.add_argument("-x", "--publishers", type=int, default=1, help="publishing connections")
+    p.add_argument("-y", "--consumers", type=int, default=1, help="consuming connections")
     p.add_argument("-s", "--size", type=int, default=16, help="message body size in bytes")
     p.add_argument("-V", "--verify", action="store_true", help="check every body against what was published")
     p.add_argument("-a", "--ack", type=int, default=0, help="ack every N messages (0: no-ack)")
@@ -18,22 +21,22 @@ def add_throughput(sub):
     p.add_argument("-t", "--transaction", type=int, default=0, help="publishes per transaction")
     p.add_argument("-T", "--transaction-acks", type=int, default=0,
                    help="ack in transactions, committing every N acks (needs -a)")
-    p.add_argument("-u", "--queue", default="perf-test")
-    p.add_argument("-k", "--routing-key", default=None)
-    p.add_argument("-e", "--exchange", default="")
+    p.add_argument("-u", "--queue", default="perf-test", help="queue to publish to and consume from")
+    p.add_argument("-k", "--routing-key", default=None, help="routing key (default: the queue's name)")
+    p.add_argument("-e", "--exchange", default="", help="exchange to publish to ('' = the default exchange)")
     p.add_argument("-r", "--rate", type=int, default=0, help="max publish rate per publisher")
     p.add_argument("-R", "--consumer-rate", type=int, default=0, help="max consume rate per consumer")
-    p.add_argument("-p", "--persistent", action="store_true")
-    p.add_argument("-P", "--prefetch", type=int, default=0)
+    p.add_argument("-p", "--persistent", action="store_true", help="delivery_mode 2")
+    p.add_argument("-P", "--prefetch", type=int, default=0, help="consumer prefetch (0: unlimited)")
     p.add_argument("-g", "--poll", action="store_true", help="basic.get instead of consume")
-    p.add_argument("-j", "--json", action="store_true")
+    p.add_argument("-j", "--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-z", "--time", type=float, default=0, help="seconds to run")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
     p.add_argument("-C", "--pmessages", type=int, default=0, help="messages per publisher")
     p.add_argument("-D", "--cmessages", type=int, default=0, help="messages per consumer")
     p.add_argument("--queue-args", default=None, help="JSON object")
     p.add_argument("--consumer-args", default=None, help="JSON object")
-    p.add_argument("-l", "--measure-latency", action="store_true")
+    p.add_argument("-l", "--measure-latency", action="store_true", help="report publish-to-deliver latency")
     p.add_argument("--processes", type=int, default=1,
                    help="share the publishers and consumers over N load-generator processes")
     return p
@@ -42,17 +45,17 @@ def add_throughput(sub):
 def add_churn(sub):
     from lavinmq.perf.churn import SCENARIOS
     for name in SCENARIOS:
-        p = sub.add_parser(name, help=name.replace("-", " "))
-        p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+        p = sub.add_parser(name, help=name.replace("-", " "), formatter_class=DEFAULTS)
+        p.add_argument("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F", help="broker to load")
         p.add_argument("-z", "--time", type=float, default=10, help="seconds to run (churn)")
-        p.add_argument("-q", "--quiet", action="store_true")
+        p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
         p.add_argument("--pid", type=int, default=0, help="broker pid for RSS (default: found by port)")
         if name.endswith("-count"):
-            p.add_argument("-c", "--count", type=int, default=1000)
-            p.add_argument("--report-every", type=int, default=1000)
+            p.add_argument("-c", "--count", type=int, default=1000, help="how many to open")
+            p.add_argument("--report-every", type=int, default=1000, help="print progress every N")
             p.add_argument("--hold", type=float, default=0, help="seconds to keep them before closing")
         if name.startswith("queue"):
-            p.add_argument("--durable", action="store_true")
+            p.add_argument("--durable", action="store_true", help="durable queues")
         if name == "queue-count":
             p.add_argument("--delete", action="store_true", help="delete the queues afterwards")
 

@@ -129,10 +129,12 @@ def test_prometheus_metrics(api):
     assert call(api, "GET", "/metrics", user=None)[0] == 401
     status, text = call(api, "GET", "/metrics")
     assert status == 200
-    assert f'lavinmq_queue_messages_ready{{vhost="/",queue="{q}"}} 2' in text
-    for name in ("lavinmq_connections ", "lavinmq_process_resident_memory_bytes ", "lavinmq_disk_free_bytes ",
-                 "lavinmq_messages_published_total "):
+    for name in ("lavinmq_connections ", "lavinmq_process_resident_memory_bytes ",
+                 "lavinmq_disk_space_available_bytes ", "lavinmq_global_messages_delivered_total "):
         assert name in text
+    # per queue, as LavinMQ: the detailed endpoint's queue family (tests/compat has the rest)
+    status, text = call(api, "GET", "/metrics/detailed?family=queue_coarse_metrics")
+    assert f'lavinmq_detailed_queue_messages_ready{{queue="{q}", vhost="/"}} 2' in text
     conn.close()
 
 

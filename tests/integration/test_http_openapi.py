@@ -45,7 +45,7 @@ def test_every_get_route_matches_its_schema(broker, doc):
     assert call(broker, "PUT", "/api/policies/%2F/" + q, {"pattern": "^" + q, "definition": {"max-length": 5}})[0] == 201
     _, conns = call(broker, "GET", "/api/connections")
     values = {"vhost": "%2F", "queue": q, "exchange": x, "source": x, "destination": q, "props": "rk",
-              "user": "guest", "name": None}
+              "user": "guest", "name": None, "node": "lavinmq@localhost"}
     checked = 0
     for path, ops in doc["paths"].items():
         if "get" not in ops:

@@ -1,0 +1,288 @@
+"""Listening sockets that no client can use to stop the broker.
+
+Every TCP listener (AMQP, AMQPS, HTTP, HTTPS, metrics) accepts through
+`Listener`, which
+
+- counts open connections in one `ConnectionGuard`: a total cap and a cap
+  per source address, both below the open-file limit, so that sockets can
+  never take the descriptors the message store needs (a refused socket is
+  closed at once, before any protocol object exists);
+- on EMFILE/ENFILE (descriptors exhausted anyway, e.g. by other files)
+  stops accepting for a moment and tries again, instead of letting the
+  event loop close the listener for good (uvloop does that);
+- turns "address already in use" into one line naming the setting.
+
+The accept loop is Python, once per connection, as asyncio's own is.
+"""
+import asyncio
+import errno
+import logging
+import resource
+import socket
+import struct
+import time
+
+log = logging.getLogger("lavinmq.listener")
+
+ACCEPT_RETRY_DELAY = 0.5     # seconds without accepting after EMFILE/ENFILE
+ACCEPTS_PER_WAKEUP = 64      # then let the loop serve the clients it has
+OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class ListenError(Exception):
+    """A listener could not be opened: the message names the setting."""
+
+
+def fd_limit():
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def map_limit():
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
+
+
+def default_max_connections(limit=None, maps=None):
+    """Sockets may use the open-file limit less a reserve for segment files,
+    ack files, definitions and the like: a quarter of it, at least 256.
+    Each connection's read buffer is a memory map of its own, so at most
+    half of vm.max_map_count too (the other half is for segments)."""
+    limit = fd_limit() if limit is None else limit
+    if limit == resource.RLIM_INFINITY or limit <= 0:
+        limit = 1 << 20
+    maps = map_limit() if maps is None else maps
+    return max(16, min(limit - max(256, limit // 4), maps // 2))
+
+
+class RateLimitedLog:
+    """At most one line per `interval` seconds; the lines left out are
+    counted and reported with the next one."""
+
+    def __init__(self, logger, level=logging.WARNING, interval=1.0):
+        self.logger = logger
+        self.level = level
+        self.interval = interval
+        self.last = 0.0
+        self.suppressed = 0
+
+    def __call__(self, msg, *args):
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            self.suppressed += 1
+            return
+        self.last = now
+        if self.suppressed:
+            msg += " (%d similar lines suppressed)"
+            args = args + (self.suppressed,)
+            self.suppressed = 0
+        self.logger.log(self.level, msg, *args)
+
+
+class Ticket:
+    """One admitted connection; release() is idempotent."""
+    __slots__ = ("guard", "address", "released")
+
+    def __init__(self, guard, address):
+        self.guard = guard
+        self.address = address
+        self.released = False
+
+    def release(self):
+        if not self.released:
+            self.released = True
+            self.guard._release(self.address)
+
+
+class ConnectionGuard:
+    """Open sockets of all TCP listeners: a total cap and a per-address cap."""
+
+    def __init__(self, max_total=0, max_per_address=0):
+        self.max_total = max_total or default_max_connections()
+        self.max_per_address = max_per_address or max(1, self.max_total // 2)
+        self.total = 0
+        self.by_address = {}
+        self.refused = 0
+        self._log = RateLimitedLog(log)
+
+    def admit(self, address):
+        """-> Ticket, or None when a cap is reached (the caller closes the socket)."""
+        n = self.by_address.get(address, 0)
+        if self.total >= self.max_total:
+            self.refused += 1
+            self._log("connection from %s refused: %d connections open, the limit (max_connections)",
+                      address, self.total)
+            return None
+        if n >= self.max_per_address:
+            self.refused += 1
+            self._log("connection from %s refused: %d connections open from that address, the limit "
+                      "(max_connections_per_address)", address, n)
+            return None
+        self.total += 1
+        self.by_address[address] = n + 1
+        return Ticket(self, address)
+
+    def _release(self, address):
+        self.total -= 1
+        n = self.by_address.get(address, 0) - 1
+        if n > 0:
+            self.by_address[address] = n
+        else:
+            self.by_address.pop(address, None)
+
+
+def bind_sockets(host, port, what, setting):
+    """Listening sockets for host:port (every address host resolves to).
+    `what` ("AMQP port") and `setting` ("--amqp-port / [amqp] port") name it
+    in the error."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"{what} {port}: cannot resolve bind address {host!r}: {exc.strerror}") from None
+    socks = []
+    seen = set()
+    try:
+        for family, kind, proto, _, addr in infos:
+            if addr in seen:
+                continue
+            seen.add(addr)
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ListenError(f"{what} {port} ({setting}) is in use") from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise ListenError(f"{what} {port} ({setting}): address {addr[0]} is not on this "
+                                      f"machine") from None
+                raise ListenError(f"{what} {port} ({setting}) cannot be opened on {addr[0]}: "
+                                  f"{exc.strerror}") from None
+            sock.listen(1024)
+            sock.setblocking(False)
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+class Listener:
+    """Accepts on the given sockets and hands each admitted connection to
+    `protocol_factory()` (through the loop's connect_accepted_socket, with
+    TLS when ssl_context is set). The protocol gets `ticket` and must call
+    `ticket.release()` in connection_lost."""
+
+    def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0):
+        self.socks = socks
+        self.factory = protocol_factory
+        self.guard = guard
+        self.name = name
+        self.ssl = ssl_context
+        self.handshake_timeout = handshake_timeout
+        self.loop = None
+        self.paused = False
+        self.closed = False
+        self.tasks = set()
+        self._log = RateLimitedLog(log, logging.ERROR)
+
+    @property
+    def addresses(self):
+        return [s.getsockname()[:2] for s in self.socks]
+
+    def start(self):
+        self.loop = asyncio.get_running_loop()
+        for sock in self.socks:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+        for host, port in self.addresses:
+            log.info("%s listening on %s:%d", self.name, host, port)
+
+    def _accept(self, sock):
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                conn, addr = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in OUT_OF_FDS:
+                    self._pause(exc)
+                    return
+                self._log("%s: accept failed: %s", self.name, exc)
+                return
+            host = addr[0] if isinstance(addr, tuple) else ""
+            ticket = self.guard.admit(host)
+            if ticket is None:
+                _close_now(conn)
+                continue
+            conn.setblocking(False)
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = self.loop.create_task(self._connect(conn, ticket))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _connect(self, conn, ticket):
+        def factory():
+            protocol = self.factory()
+            protocol.ticket = ticket
+            return protocol
+        try:
+            if self.ssl is None:
+                await self.loop.connect_accepted_socket(factory, conn)
+            else:
+                await self.loop.connect_accepted_socket(factory, conn, ssl=self.ssl,
+                                                        ssl_handshake_timeout=self.handshake_timeout)
+        except Exception as exc:
+            # TLS handshake failed or timed out, or the peer left: the
+            # protocol never started, so its ticket is ours to give back
+            ticket.release()
+            try:
+                conn.close()
+            except OSError:
+                pass
+            log.debug("%s: connection not established: %s", self.name, exc)
+
+    def _pause(self, exc):
+        """Out of descriptors: stop accepting for a moment (pending clients
+        wait in the backlog) and try again; never close the listener."""
+        if self.paused or self.closed:
+            return
+        self.paused = True
+        self._log("%s: %s; not accepting for %.1f s", self.name, exc.strerror, ACCEPT_RETRY_DELAY)
+        for sock in self.socks:
+            self.loop.remove_reader(sock.fileno())
+        self.loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
+
+    def _resume(self):
+        if self.closed or not self.paused:
+            return
+        self.paused = False
+        for sock in self.socks:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for sock in self.socks:
+            if self.loop is not None and not self.paused:
+                self.loop.remove_reader(sock.fileno())
+            sock.close()
+        for task in list(self.tasks):
+            task.cancel()
+
+
+def _close_now(conn):
+    # RST instead of FIN: nothing of the refused socket stays in TIME_WAIT here
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    conn.close()
