@@ -259,16 +259,17 @@ class Server:
 async def serve(config):
     from lavinmq.listener import ListenError
     server = Server(config)
-    try:
-        await server.start()
-    except ListenError:
-        await server.stop(quiet=True)
-        raise
+    # handlers first: a SIGTERM that comes as soon as the port answers still stops cleanly
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, server.reload)
+    try:
+        await server.start()
+    except ListenError:
+        await server.stop(quiet=True)
+        raise
     log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
     sdnotify.notify(f"READY=1\nSTATUS=listening on {config.amqp_bind}:{config.amqp_port}\nMAINPID={os.getpid()}")
     await stop.wait()

@@ -28,7 +28,8 @@ def test_non_utf8_queue_name_everywhere(make_broker):
     c.sendall(b"\x01\x00\x01" + len(payload).to_bytes(4, "big") + payload + b"\xce")
     kind, _, answer = c.read_raw_frame()           # pamqp can't decode the name it carries
     assert kind == 1 and answer[:4] == b"\x00\x32\x00\x0b" and b"q\xff\xfeq" in answer
-    status, text = call(b, "GET", "/metrics")
+    assert call(b, "GET", "/metrics")[0] == 200
+    status, text = call(b, "GET", "/metrics/detailed?family=queue_coarse_metrics&family=queue_consumer_count")
     assert status == 200 and 'queue="q\\\\xff\\\\xfeq"' in text
     status, queues = call(b, "GET", "/api/queues")
     assert status == 200 and len(queues) == 2

@@ -53,18 +53,23 @@ async def consumer(url, queue, stop, counts):
     await ch.set_qos(prefetch_count=200)
     q = await ch.get_queue(queue)
     rng = random.Random()
-    async with q.iterator() as it:
-        async for m in it:
-            r = rng.random()
-            if r < 0.9:
-                await m.ack()
-            elif r < 0.95:
-                await m.reject(requeue=False)
-            else:
-                await m.reject(requeue=True)
-            counts["consumed"] += 1
-            if stop.is_set():
-                break
+    while not stop.is_set():
+        try:
+            # a timeout, so that a queue drained when the run stops doesn't keep us waiting
+            async with q.iterator(timeout=1) as it:
+                async for m in it:
+                    r = rng.random()
+                    if r < 0.9:
+                        await m.ack()
+                    elif r < 0.95:
+                        await m.reject(requeue=False)
+                    else:
+                        await m.reject(requeue=True)
+                    counts["consumed"] += 1
+                    if stop.is_set():
+                        break
+        except asyncio.TimeoutError:
+            continue
     await conn.close()
 
 
