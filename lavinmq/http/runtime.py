@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 import lavinmq
-from lavinmq.http import shapes
+from lavinmq.http import history, shapes
 from lavinmq.http.stats import rates_for
 from lavinmq.http.app import HTTPError, MANAGEMENT, MONITORING, listing, not_found, require, vhost_of
 
@@ -33,7 +33,7 @@ async def overview(request):
     queues, conns, chans = totals(server)
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked_count for q in queues)
-    return web.json_response({
+    return web.json_response(history.augment(request, {
         "management_version": lavinmq.__version__, "product_name": "LavinMQ",
         "product_version": lavinmq.__version__, "lavinmq_version": lavinmq.__version__,
         "rabbitmq_version": "3.10.8", "node": shapes.NODE, "cluster_name": shapes.NODE,
@@ -47,10 +47,14 @@ async def overview(request):
                          "messages_unacknowledged": unacked},
         "message_stats": shapes.stats({"publish": sum(q.publish_count for q in queues),
                                        "deliver": sum(q.deliver_count for q in queues),
-                                       "ack": sum(q.ack_count for q in queues)}, rates_for("overall")),
+                                       "get": sum(q.get_count for q in queues),
+                                       "deliver_get": sum(q.deliver_count + q.get_count for q in queues),
+                                       "ack": sum(q.ack_count for q in queues),
+                                       "redeliver": sum(q.redeliver_count for q in queues)},
+                                      rates_for("overall")),
         "listeners": [{"node": shapes.NODE, "protocol": "amqp", "ip_address": server.config.amqp_bind,
                        "port": server.config.amqp_port}],
-    })
+    }, "overall", lengths=history.OVERVIEW_LENGTHS, msg_rates=history.QUEUE_RATES))
 
 
 async def nodes(request):
@@ -96,7 +100,9 @@ def _connection(request):
 
 async def get_connection(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.connection(_connection(request)))
+    conn = _connection(request)
+    return web.json_response(history.augment(request, shapes.connection(conn), id(conn), conn,
+                                             data_rates=history.CONNECTION_DATA))
 
 
 async def delete_connection(request):
@@ -118,6 +124,18 @@ async def list_channels(request):
     vhost = request.match_info.get("vhost")
     return listing(request, [shapes.channel(ch) for c in _visible_connections(request)
                              for ch in c.channels if ch is not None and (vhost is None or c.vhost.name == vhost)])
+
+
+async def get_channel(request):
+    require(request, MANAGEMENT)
+    name = request.match_info["name"]
+    for c in _visible_connections(request):
+        for ch in c.channels:
+            if ch is not None and f"{c.name} ({ch.id})" == name:
+                out = shapes.channel(ch)
+                out["consumer_details"] = [shapes.consumer(x) for x in ch.consumers.values()]
+                return web.json_response(history.augment(request, out, id(ch), ch, msg_rates=history.CHANNEL_RATES))
+    raise not_found()
 
 
 async def list_consumers(request):
@@ -201,6 +219,7 @@ def add_routes(app):
     r.add_get("/api/connections/{name}/channels", connection_channels)
     r.add_get("/api/channels", list_channels)
     r.add_get("/api/vhosts/{vhost}/channels", list_channels)
+    r.add_get("/api/channels/{name}", get_channel)
     r.add_get("/api/consumers", list_consumers)
     r.add_get("/api/consumers/{vhost}", list_consumers)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)
