@@ -42,7 +42,7 @@ def _missing():
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser():
     problem = _missing()
     if problem:
@@ -76,7 +76,7 @@ def start_broker(data_dir, *extra):
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ui_broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("ui") / "data")
     yield b

@@ -22,7 +22,7 @@ export function forget () {
 
 export function enc (s) { return encodeURIComponent(s) }
 
-export async function request (method, path, { body, headers = {}, auth, raw } = {}) {
+export async function request (method, path, { body, headers = {}, auth } = {}) {
   const h = { Accept: 'application/json', ...headers }
   const token = auth || credentials()
   if (token) h.Authorization = 'Basic ' + token
@@ -37,15 +37,17 @@ export async function request (method, path, { body, headers = {}, auth, raw } =
     forget()
     onUnauthorized()
   }
+  // always read the body to its end: a response left unread is cancelled
+  // later, which the browser reports as a failed request
+  const text = await resp.text()
+  const type = resp.headers.get('Content-Type') || ''
   if (!resp.ok) {
     let reason = resp.statusText
-    try { reason = (await resp.json()).reason || reason } catch (e) { /* not JSON */ }
+    try { reason = JSON.parse(text).reason || reason } catch (e) { /* not JSON */ }
     throw new ApiError(resp.status, reason)
   }
-  if (raw) return resp
-  if (resp.status === 204 || resp.headers.get('Content-Length') === '0') return null
-  const type = resp.headers.get('Content-Type') || ''
-  return type.includes('json') ? resp.json() : resp.text()
+  if (!text) return null
+  return type.includes('json') ? JSON.parse(text) : text
 }
 
 export const get = (path, opts) => request('GET', path, opts)

@@ -74,7 +74,7 @@ export function fmtValue (v) {
 export function badge (text, kind) { return h('span', { class: 'badge' + (kind ? ' ' + kind : '') }, text) }
 
 export function stat (label, value, attrs = {}) {
-  return h('div', { class: 'stat', ...attrs }, h('span', { class: 'value' }, value), h('span', { class: 'label' }, label))
+  return h('div', { class: 'stat', dataset: { label }, ...attrs }, h('span', { class: 'value' }, value), h('span', { class: 'label' }, label))
 }
 
 export function props (pairs) {
