@@ -147,6 +147,7 @@ class UI:
     def shot(self, name):
         os.makedirs(ARTEFACTS, exist_ok=True)
         path = os.path.join(ARTEFACTS, f"{self.prefix}{name}.png")
+        self.page.evaluate("window.scrollTo(0, 0)")     # sticky bars stay at the top of the picture
         self.page.screenshot(path=path, full_page=True)
         return path
 

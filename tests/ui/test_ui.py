@@ -253,10 +253,12 @@ def test_users_vhosts_and_a_management_user_sees_only_their_vhost(ui_factory, ui
     wait_text(member, "#queues-table td a", mine)
     listed = member.page.locator("#queues-table tbody tr").all_inner_texts()
     assert len(listed) == 1 and theirs not in listed[0]
+    member.shot("management-user-queues")
     member.go("#/exchanges", "#exchanges-table tbody tr")
     member.go("#/connections", "#connections-table tbody tr")
-    member.shot("management-user-queues")
 
+    member.page.click("#logout")
+    member.page.wait_for_selector("#login-form")
     # the administrator deletes the user and the vhosts from the UI
     admin.go(f"#/user/{q(user)}", "#user-details dl")
     admin.page.click("#delete")

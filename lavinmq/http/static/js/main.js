@@ -1,7 +1,7 @@
 // The shell: login, navigation by the user's tags, the vhost filter, the
 // refresh timer and a hash router (#/queues, #/queue/VHOST/NAME, ...).
 import { h, clear, toast } from './dom.js'
-import { get, login, forget, credentials, currentUser, hasTag, setUnauthorizedHandler, enc } from './api.js'
+import { get, login, forget, credentials, currentUser, hasTag, setUnauthorizedHandler } from './api.js'
 
 const PAGES = {
   '': () => import('./pages/overview.js'),
@@ -192,4 +192,3 @@ setUnauthorizedHandler(() => { shell = null; showLogin('Your session has ended: 
 window.addEventListener('hashchange', render)
 start()
 
-export { enc }

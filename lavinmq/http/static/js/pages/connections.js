@@ -1,7 +1,7 @@
 // Client connections: the paged list with data rates.
 import { h, clear, fmtNumber, fmtBytes, card } from '../dom.js'
 import { Table } from '../table.js'
-import { listPath, connectionHref, nameLink, stateBadge } from './common.js'
+import { connectionHref, nameLink, stateBadge } from './common.js'
 
 export function clientName (c) {
   const p = c.client_properties || {}

@@ -1,7 +1,7 @@
 // One queue: state and counts, rate and length charts, arguments and
 // policy, consumers, bindings (add, remove), publish, get messages,
 // purge, delete, and pause/resume when the broker's API has them.
-import { h, clear, stat, props, fmtNumber, fmtBytes, fmtRate, fmtValue, argsList, toast, card } from '../dom.js'
+import { h, clear, stat, props, fmtNumber, fmtBytes, fmtRate, argsList, toast, card } from '../dom.js'
 import { get, put, post, del, enc } from '../api.js'
 import { Chart, ratesOf, valuesOf } from '../chart.js'
 import { field, input, select, ArgsEditor, onSubmit, confirmed, publishForm } from '../forms.js'

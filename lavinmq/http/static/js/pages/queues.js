@@ -6,7 +6,7 @@ import { Table } from '../table.js'
 import { field, input, select, ArgsEditor, onSubmit, QUEUE_ARGS } from '../forms.js'
 import { listPath, queueHref, nameLink, features, stateBadge } from './common.js'
 
-export async function render ({ main, vhost, navigate }) {
+export async function render ({ main, vhost }) {
   const columns = [
     ...(vhost ? [] : [{ label: 'Vhost', key: 'vhost', render: q => q.vhost }]),
     { label: 'Name', key: 'name', cls: 'name', render: q => nameLink(queueHref(q.vhost, q.name), q.name) },
