@@ -150,6 +150,7 @@ PATHS = {
     "/api/bindings/{vhost}/e/{source}/q/{destination}/{props}": {
         "get": _op("a binding", ref("Binding")), "delete": _op("unbind")},
     "/api/policies": {"get": _op("policies", ref("Policy"), listing=True)},
+    "/api/operator-policies": {"get": _op("operator policies", ref("Policy"), listing=True)},
     "/api/policies/{vhost}/{name}": {"get": _op("a policy", ref("Policy")),
                                      "put": _op("set a policy", created=True, body=OBJ),
                                      "delete": _op("clear a policy")},
