@@ -29,8 +29,9 @@ def unique(prefix="t"):
 class BrokerProcess:
     external = False
 
-    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None):
+    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None, command=None):
         self.host = "127.0.0.1"
+        self.command = list(command or [sys.executable, "-m", "lavinmq"])   # or a frozen binary
         self.port = port or free_port()
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
@@ -48,7 +49,7 @@ class BrokerProcess:
     def start(self, timeout=30):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lavinmq", "-D", self.data_dir, "-p", str(self.port),
+            [*self.command, "-D", self.data_dir, "-p", str(self.port),
              "--amqp-bind", self.host, "--http-bind", self.host, "--http-port", str(self.http_port),
              "--metrics-http-port", "0", "--amqps-port", str(self.amqps_port),
              "--https-port", str(self.https_port), "-l", "info", *self.extra_args],

@@ -179,6 +179,7 @@ def listing(request, items):
     """RabbitMQ's list parameters: name/use_regex filter, sort/sort_reverse,
     columns, page/page_size (which wraps the answer in a page object)."""
     q = request.query
+    everything = len(items)
     name = q.get("name")
     if name:
         if q.get("use_regex") == "true":
@@ -210,7 +211,7 @@ def listing(request, items):
         chunk = items[(page - 1) * size: page * size]
         return web.json_response({"filtered_count": total, "item_count": len(chunk), "items": chunk,
                                   "page": page, "page_count": max(1, -(-total // size)),
-                                  "page_size": size, "total_count": total})
+                                  "page_size": size, "total_count": everything})
     return web.json_response(items)
 
 
@@ -260,7 +261,7 @@ def vhost_of(request):
 
 
 def build_app(server, open_access=False):
-    from lavinmq.http import messages, objects, policies, runtime, metrics
+    from lavinmq.http import logs, messages, objects, policies, runtime, metrics, ui
     app = web.Application(middlewares=[errors_and_auth], client_max_size=64 * 1024 * 1024)
     app["server"] = server
     app["open"] = open_access
@@ -272,6 +273,8 @@ def build_app(server, open_access=False):
     objects.add_routes(app)
     policies.add_routes(app)
     messages.add_routes(app)
+    logs.add_routes(app)
+    ui.add_routes(app)
     app.router.add_get("/metrics", metrics.metrics)
     app.router.add_get("/metrics/detailed", metrics.detailed)
     return app
@@ -287,6 +290,8 @@ class HTTPServer:
         self.listeners = []         # lavinmq.listener.Listener (TCP, TLS)
         self.unix_servers = []
         self.sampler = Sampler(server, server.config.stats_interval)
+        from lavinmq.http import logs
+        logs.install()
 
     async def start(self):
         from lavinmq.http import listen

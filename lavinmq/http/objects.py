@@ -11,7 +11,7 @@ from lavinmq.auth.password import algorithm_name
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.app import (HTTPError, MANAGEMENT, POLICYMAKER, body_json, listing, not_found,
                               require, require_vhost, typed, vhost_of)
-from lavinmq.http import shapes
+from lavinmq.http import history, paging, shapes
 
 ADMIN = {"administrator"}
 NO_CONTENT = 204
@@ -33,7 +33,9 @@ async def list_vhosts(request):
 
 async def get_vhost(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.vhost(vhost_of(request), request.app["server"]))
+    v = vhost_of(request)
+    return web.json_response(history.augment(request, shapes.vhost(v, request.app["server"]), ("vhost", v.name),
+                                             lengths=history.QUEUE_LENGTHS, msg_rates=history.QUEUE_RATES))
 
 
 async def put_vhost(request):
@@ -88,6 +90,8 @@ async def put_user(request):
             users.add_user(name, password_hash=typed(body, "password_hash", str), tags=tags,
                            hashing_algorithm=typed(body, "hashing_algorithm", str,
                                                    "rabbit_password_hashing_sha256") or "rabbit_password_hashing_sha256")
+        elif existed:       # as LavinMQ: tags only, the password stays
+            users.set_tags(name, tags)
         else:
             raise HTTPError(400, "password or password_hash must be given")
     except ValueError as exc:
@@ -180,12 +184,15 @@ def _all_vhosts(request):
 
 async def list_exchanges(request):
     require(request, MANAGEMENT)
-    return listing(request, [shapes.exchange(ex) for v in _all_vhosts(request) for ex in v.exchanges.values()])
+    exchanges = [ex for v in _all_vhosts(request) for ex in v.exchanges.values()]
+    return (paging.fast_page(request, exchanges, shapes.exchange, paging.EXCHANGE_SORT)
+            or listing(request, [shapes.exchange(ex) for ex in exchanges]))
 
 
 def _exchange(request):
     vhost = vhost_of(request)
-    ex = vhost.exchanges.get(request.match_info["exchange"])
+    name = request.match_info["exchange"]
+    ex = vhost.exchanges.get("" if name == "amq.default" else name)   # RabbitMQ's URL name for ""
     if ex is None:
         raise not_found()
     return vhost, ex
@@ -193,7 +200,9 @@ def _exchange(request):
 
 async def get_exchange(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.exchange(_exchange(request)[1]))
+    ex = _exchange(request)[1]
+    return web.json_response(history.augment(request, shapes.exchange(ex), id(ex), ex,
+                                             msg_rates=history.EXCHANGE_RATES))
 
 
 async def put_exchange(request):
@@ -223,7 +232,9 @@ async def delete_exchange(request):
 
 async def list_queues(request):
     require(request, MANAGEMENT)
-    return listing(request, [shapes.queue(q) for v in _all_vhosts(request) for q in v.queues.values()])
+    queues = [q for v in _all_vhosts(request) for q in v.queues.values()]
+    return (paging.fast_page(request, queues, shapes.queue, paging.QUEUE_SORT)
+            or listing(request, [shapes.queue(q) for q in queues]))
 
 
 def _queue(request):
@@ -236,7 +247,9 @@ def _queue(request):
 
 async def get_queue(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.queue(_queue(request)[1], details=True))
+    q = _queue(request)[1]
+    return web.json_response(history.augment(request, shapes.queue(q, details=True), id(q), q,
+                                             lengths=history.QUEUE_LENGTHS, msg_rates=history.QUEUE_RATES))
 
 
 async def put_queue(request):

@@ -141,6 +141,8 @@ PATHS = {
                                     "put": _op("declare a queue", created=True, body=OBJ),
                                     "delete": _op("delete a queue")},
     "/api/queues/{vhost}/{queue}/contents": {"delete": _op("purge a queue")},
+    "/api/queues/{vhost}/{queue}/pause": {"put": _op("pause a queue: it delivers nothing until resumed (LavinMQ)")},
+    "/api/queues/{vhost}/{queue}/resume": {"put": _op("resume a paused queue (LavinMQ)")},
     "/api/queues/{vhost}/{queue}/bindings": {"get": _op("a queue's bindings", ref("Binding"), listing=True)},
     "/api/bindings": {"get": _op("bindings", ref("Binding"), listing=True)},
     "/api/bindings/{vhost}": {"get": _op("bindings in a vhost", ref("Binding"), listing=True)},
@@ -150,6 +152,7 @@ PATHS = {
     "/api/bindings/{vhost}/e/{source}/q/{destination}/{props}": {
         "get": _op("a binding", ref("Binding")), "delete": _op("unbind")},
     "/api/policies": {"get": _op("policies", ref("Policy"), listing=True)},
+    "/api/operator-policies": {"get": _op("operator policies", ref("Policy"), listing=True)},
     "/api/policies/{vhost}/{name}": {"get": _op("a policy", ref("Policy")),
                                      "put": _op("set a policy", created=True, body=OBJ),
                                      "delete": _op("clear a policy")},

@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 import lavinmq
-from lavinmq.http import compat, shapes
+from lavinmq.http import compat, history, shapes
 from lavinmq.http.stats import rates_for
 from lavinmq.http.app import HTTPError, MANAGEMENT, MONITORING, listing, not_found, require, vhost_of
 
@@ -55,7 +55,7 @@ async def overview(request):
     require(request, MANAGEMENT)
     server = request.app["server"]
     queues, conns, chans, vhosts = _visible_totals(request)
-    return web.json_response({
+    return web.json_response(history.augment(request, {
         "management_version": lavinmq.__version__, "product_name": "LavinMQ",
         "product_version": lavinmq.__version__, "lavinmq_version": lavinmq.__version__,
         "rabbitmq_version": "3.10.8", "node": shapes.NODE, "cluster_name": shapes.NODE,
@@ -66,7 +66,7 @@ async def overview(request):
                           "consumers": sum(len(q.consumers) for q in queues), "queues": len(queues),
                           "exchanges": sum(len(v.exchanges) for v in vhosts)},
         **compat.overview_extra(server, queues, chans, vhosts, _rates(server, vhosts)),
-    })
+    }, "overall", lengths=history.OVERVIEW_LENGTHS, msg_rates=history.QUEUE_RATES))
 
 
 async def node(request):
@@ -123,7 +123,9 @@ def _connection(request):
 
 async def get_connection(request):
     require(request, MANAGEMENT)
-    return web.json_response(shapes.connection(_connection(request)))
+    conn = _connection(request)
+    return web.json_response(history.augment(request, shapes.connection(conn), id(conn), conn,
+                                             data_rates=history.CONNECTION_DATA))
 
 
 async def delete_connection(request):
@@ -149,6 +151,18 @@ async def list_channels(request):
     vhost = request.match_info.get("vhost")
     return listing(request, [shapes.channel(ch) for c in _visible_connections(request)
                              for ch in c.open_channels() if vhost is None or c.vhost.name == vhost])
+
+
+async def get_channel(request):
+    require(request, MANAGEMENT)
+    name = request.match_info["name"]
+    for c in _visible_connections(request):
+        for ch in c.channels:
+            if ch is not None and f"{c.name} ({ch.id})" == name:
+                out = shapes.channel(ch)
+                out["consumer_details"] = [shapes.consumer(x) for x in ch.consumers.values()]
+                return web.json_response(history.augment(request, out, id(ch), ch, msg_rates=history.CHANNEL_RATES))
+    raise not_found()
 
 
 async def list_consumers(request):
@@ -242,6 +256,7 @@ def add_routes(app):
     r.add_get("/api/connections/{name}/channels", connection_channels)
     r.add_get("/api/channels", list_channels)
     r.add_get("/api/vhosts/{vhost}/channels", list_channels)
+    r.add_get("/api/channels/{name}", get_channel)
     r.add_get("/api/consumers", list_consumers)
     r.add_get("/api/consumers/{vhost}", list_consumers)
     r.add_get("/api/aliveness-test/{vhost}", aliveness)

@@ -1,18 +1,97 @@
-"""Rates for the API's `*_details.rate`: every stats_interval the sampler
-reads each object's counters (plain integers the hot path increments) and
-keeps counter/second since the previous sample. Nothing per message."""
+"""Rates and rate history for the API's `*_details` (`rate`, and the
+`samples` that the lengths_age/msg_rates_age parameters ask for).
+
+Every stats_interval the sampler reads each object's counters (plain
+integers the hot path increments; nothing happens per message) into a
+fixed-size ring buffer per object: RING slots of one unsigned integer per
+field. Counters (publish, ack, ...) are stored as the increase since the
+previous sample, gauges (messages_ready, ...) as their value, so a queue's
+ring is RING x 7 fields x 4 bytes = 3,360 bytes. A ring is only allocated
+once the object shows activity, and given back after a whole window of
+none: an idle empty queue costs a small Series record and no ring.
+
+Besides the rings, each sample keeps the last interval's rates of the
+counters that have no history (RabbitMQ's deliver_no_ack, get_empty,
+confirm, returns, churn, node gauges ...) in EXTRA, and when each object
+was last active (churn.IDLE_SINCE, the API's idle_since).
+"""
+import array
 import asyncio
 import time
 
 from lavinmq import churn
 
-# key -> {counter: rate}; keys are id(obj) for queues, exchanges, channels and
-# connections, ("vhost", name) and "overall" for aggregates
-RATES = {}
+RING = 120        # samples kept per object, LavinMQ's stats_log_size default: 10 min at 5 s
+
+
+class Kind:
+    """The fields sampled for one kind of object: `counters` leading
+    counter fields, then gauges."""
+
+    def __init__(self, fields, counters, getter, typecode="I"):
+        self.fields = fields
+        self.counters = counters
+        self.getter = getter
+        self.index = {f: i for i, f in enumerate(fields)}
+        self.typecode = typecode
+        self.cap = 2 ** (8 * array.array(typecode).itemsize) - 1
+        self.zeros = (0,) * len(fields)
+
+
+def _queue_values(q):
+    return (q.publish_count, q.deliver_count, q.get_count, q.ack_count, q.redeliver_count,
+            q.message_count, q.unacked_count)
+
+
+QUEUE = Kind(("publish", "deliver", "get", "ack", "redeliver", "messages_ready", "messages_unacknowledged"),
+             5, _queue_values)
+# vhosts and the whole broker: sums of their queues
+AGGREGATE = Kind(QUEUE.fields, 5, None)
+EXCHANGE = Kind(("publish_in", "publish_out"), 2, lambda ex: (ex.publish_in_count, ex.publish_out_count))
+CHANNEL = Kind(("publish", "deliver", "ack"), 3, lambda ch: (ch.publish_count, ch.deliver_count, ch.ack_count))
+# bytes per interval can pass 2**32 on a fast link: 8-byte slots
+CONNECTION = Kind(("send_oct", "recv_oct"), 2, lambda c: (c.state.send_oct, c.state.recv_oct), "Q")
+
+# fields the API shows that are sums of sampled ones
+DERIVED = {"deliver_get": ("deliver", "get"), "messages": ("messages_ready", "messages_unacknowledged")}
+
+
+class Series:
+    """One object's history. `last` holds the latest sampled values;
+    `ring` (or None while idle) the per-tick increases and gauges."""
+    __slots__ = ("obj", "kind", "last", "ring", "born", "active")
+
+    def __init__(self, obj, kind, tick):
+        self.obj = obj
+        self.kind = kind
+        self.last = kind.zeros      # counters start at zero when an object is created
+        self.ring = None
+        self.born = tick
+        self.active = tick - RING
+
+    def nbytes(self):
+        return 0 if self.ring is None else self.ring.itemsize * len(self.ring)
+
+
+# the running sampler, for shapes.py's rates_for()
+_sampler = None
+
+
+# key -> {counter: rate over the last interval}, for the counters without a ring
+EXTRA = {}
 
 
 def rates_for(key):
-    return RATES.get(key)
+    """{field: per-second rate over the last interval} of the object
+    sampled under key (id(obj), ("vhost", name), "overall", "churn",
+    "node"), or None."""
+    extra = EXTRA.get(key)
+    s = _sampler.series.get(key) if _sampler is not None else None
+    if s is None:
+        return extra
+    out = dict(extra) if extra else {}
+    out.update(_sampler.rates(s))
+    return out
 
 
 def queue_counters(q):
@@ -32,12 +111,38 @@ def sum_counters(dicts):
     return out
 
 
+def node_gauges(server):
+    import os
+    from lavinmq.http.runtime import rss_bytes
+    st = os.statvfs(server.data_dir)
+    return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": len(os.listdir("/proc/self/fd")),
+            "mem_used": rss_bytes(), "sockets_used": server.guard.total}
+
+
+def series_for(key, obj=None):
+    if _sampler is None:
+        return None
+    s = _sampler.series.get(key)
+    if s is None or (obj is not None and s.obj is not obj):
+        return None
+    return s
+
+
+def sampler():
+    return _sampler
+
+
 class Sampler:
     def __init__(self, server, interval_ms):
+        global _sampler
         self.server = server
         self.interval = max(interval_ms, 100) / 1000
-        self.prev = {}          # key -> (time, counters)
+        self.tick = -1
+        self.times = array.array("d", bytes(8 * RING))     # wall-clock ms of each tick's slot
+        self.series = {}
         self.task = None
+        self.prev = {}          # key -> (time, counters) of the extra counters
+        _sampler = self
 
     def start(self):
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -54,8 +159,47 @@ class Sampler:
             # how late the loop got to us: what RabbitMQ's run_queue tells about its schedulers
             churn.LOOP_LAG_MS = max(0, int((loop.time() - due) * 1000))
             self.sample()
+            self.sample_extra()
 
     def sample(self):
+        self.tick += 1
+        tick = self.tick
+        self.times[tick % RING] = time.time() * 1000
+        old, new = self.series, {}
+        record = self._record
+        overall = [0] * len(AGGREGATE.fields)
+        for vhost in self.server.vhosts.values():
+            totals = [0] * len(AGGREGATE.fields)
+            for q in vhost.queues.values():
+                values = _queue_values(q)
+                s = old.get(id(q))
+                if s is None or s.obj is not q:
+                    s = Series(q, QUEUE, tick)
+                new[id(q)] = s
+                record(s, values)
+                for i, v in enumerate(values):
+                    totals[i] += v
+            for ex in vhost.exchanges.values():
+                self._track(old, new, ex, EXCHANGE)
+            key = ("vhost", vhost.name)
+            s = old.get(key)
+            if s is None:
+                s = Series(key, AGGREGATE, tick)
+            new[key] = s
+            record(s, tuple(totals))
+            for i, v in enumerate(totals):
+                overall[i] += v
+        for conn in list(self.server.connections):
+            self._track(old, new, conn, CONNECTION)
+            for ch in conn.open_channels():
+                self._track(old, new, ch, CHANNEL)
+        s = old.get("overall") or Series("overall", AGGREGATE, tick)
+        new["overall"] = s
+        record(s, tuple(overall))
+        self.series = new
+
+    def sample_extra(self):
+        """The last interval's rates of every counter, and idle_since."""
         now = time.monotonic()
         current = {}
         for vhost in self.server.vhosts.values():
@@ -72,15 +216,14 @@ class Sampler:
             st = conn.state
             current[id(conn)] = {"send_oct": st.send_oct, "recv_oct": st.recv_oct}
             for ch in conn.open_channels():
-                if ch is not None:
-                    current[id(ch)] = {"publish": ch.publish_count, "deliver": ch.deliver_count,
-                                       "ack": ch.ack_count, "confirm": ch.confirmed_seq,
-                                       "return_unroutable": ch.return_unroutable_count,
-                                       "drop_unroutable": ch.drop_unroutable_count}
-                    agg = current.get(("vhost", conn.vhost.name)) if conn.vhost is not None else None
-                    if agg is not None:
-                        for k in ("confirm", "return_unroutable", "drop_unroutable"):
-                            agg[k] = agg.get(k, 0) + current[id(ch)][k]
+                current[id(ch)] = {"publish": ch.publish_count, "deliver": ch.deliver_count,
+                                   "ack": ch.ack_count, "confirm": ch.confirmed_seq,
+                                   "return_unroutable": ch.return_unroutable_count,
+                                   "drop_unroutable": ch.drop_unroutable_count}
+                agg = current.get(("vhost", conn.vhost.name)) if conn.vhost is not None else None
+                if agg is not None:
+                    for k in ("confirm", "return_unroutable", "drop_unroutable"):
+                        agg[k] = agg.get(k, 0) + current[id(ch)][k]
         current["overall"] = sum_counters([current[("vhost", v)] for v in self.server.vhosts])
         current["churn"] = dict(churn.COUNTS)
         current["node"] = node_gauges(self.server)
@@ -100,8 +243,8 @@ class Sampler:
             dt = now - prev[0]
             if dt > 0:
                 rates[key] = {k: (v - prev[1].get(k, 0)) / dt for k, v in counters.items()}
-        RATES.clear()
-        RATES.update(rates)
+        EXTRA.clear()
+        EXTRA.update(rates)
         wall = time.time()
         for key, counters in current.items():
             if not isinstance(key, int):
@@ -115,10 +258,131 @@ class Sampler:
             del churn.IDLE_SINCE[key]
         self.prev = {key: (now, counters) for key, counters in current.items()}
 
+    def _track(self, old, new, obj, kind):
+        s = old.get(id(obj))
+        if s is None or s.obj is not obj:
+            s = Series(obj, kind, self.tick)
+        new[id(obj)] = s
+        self._record(s, kind.getter(obj))
 
-def node_gauges(server):
-    import os
-    from lavinmq.http.runtime import rss_bytes
-    st = os.statvfs(server.data_dir)
-    return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": len(os.listdir("/proc/self/fd")),
-            "mem_used": rss_bytes(), "sockets_used": server.guard.total}
+    def _record(self, s, values):
+        tick = self.tick
+        kind = s.kind
+        last, s.last = s.last, values
+        nc = kind.counters
+        active = values[:nc] != last[:nc] or any(values[nc:])
+        if active:
+            s.active = tick
+        ring = s.ring
+        if ring is None:
+            if not active:
+                return
+            ring = s.ring = array.array(kind.typecode, bytes(RING * len(values) * array.array(kind.typecode).itemsize))
+        elif tick - s.active >= RING:       # a whole window without activity: give the memory back
+            s.ring = None
+            return
+        cap = kind.cap
+        base = (tick % RING) * len(values)
+        for i in range(nc):
+            d = values[i] - last[i]         # negative when an aggregate lost a queue
+            ring[base + i] = cap if d > cap else (d if d > 0 else 0)
+        for i in range(nc, len(values)):
+            v = values[i]
+            ring[base + i] = cap if v > cap else (v if v > 0 else 0)
+
+    # -- reading ---------------------------------------------------------------
+
+    def _value(self, s, i, tick):
+        """field i's ring value at tick (0 while the ring is absent)."""
+        if s.ring is None:
+            return 0
+        return s.ring[(tick % RING) * len(s.kind.fields) + i]
+
+    def rates(self, s):
+        tick = self.tick
+        kind = s.kind
+        out = {f: 0.0 for f in kind.fields}
+        if s.ring is not None and tick >= 1:
+            dt = (self.times[tick % RING] - self.times[(tick - 1) % RING]) / 1000
+            if dt > 0:
+                nc = kind.counters
+                for i, f in enumerate(kind.fields):
+                    now = self._value(s, i, tick)
+                    if i < nc:
+                        out[f] = now / dt
+                    else:
+                        before = self._value(s, i, tick - 1) if tick - 1 >= s.born else 0
+                        out[f] = (now - before) / dt
+        for name, parts in DERIVED.items():
+            if all(p in out for p in parts):
+                out[name] = sum(out[p] for p in parts)
+        return out
+
+    def rate(self, s, field):
+        """One field's rate, for sorting long lists without building dicts."""
+        parts = DERIVED.get(field)
+        if parts is not None:
+            return sum(self.rate(s, p) for p in parts)
+        i = s.kind.index.get(field)
+        tick = self.tick
+        if i is None or s.ring is None or tick < 1:
+            return 0.0
+        dt = (self.times[tick % RING] - self.times[(tick - 1) % RING]) / 1000
+        if dt <= 0:
+            return 0.0
+        now = self._value(s, i, tick)
+        if i < s.kind.counters:
+            return now / dt
+        before = self._value(s, i, tick - 1) if tick - 1 >= s.born else 0
+        return (now - before) / dt
+
+    def history(self, s, fields, timestamps):
+        """{field: [value at each timestamp]} for wall-clock ms timestamps
+        (newest first): the last sample taken at or before each, counters
+        as running totals, as RabbitMQ's `samples`. Timestamps before the
+        object's first sample, or older than the ring, are left out: the
+        lists are of equal length, for the timestamps also returned."""
+        tick = self.tick
+        first = max(s.born, tick - RING + 1, 0)
+        if tick < first:
+            return [], {f: [] for f in fields}
+        kind = s.kind
+        nf = len(kind.fields)
+        # running totals of the counters at each tick in the window, newest first
+        totals = {}
+        for i in range(kind.counters):
+            acc = s.last[i]
+            col = {}
+            for t in range(tick, first - 1, -1):
+                col[t] = acc
+                acc -= self._value(s, i, t)
+            totals[i] = col
+        picked_ts, picked_ticks = [], []
+        t = tick
+        for ts in timestamps:
+            while t >= first and self.times[t % RING] > ts:
+                t -= 1
+            if t < first:
+                break
+            picked_ts.append(ts)
+            picked_ticks.append(t)
+        out = {}
+        for f in fields:
+            parts = DERIVED.get(f, (f,))
+            col = [0] * len(picked_ticks)
+            for p in parts:
+                i = kind.index[p]
+                if i < kind.counters:
+                    vals = totals[i]
+                    for j, t in enumerate(picked_ticks):
+                        col[j] += vals[t]
+                elif s.ring is not None:
+                    ring = s.ring
+                    for j, t in enumerate(picked_ticks):
+                        col[j] += ring[(t % RING) * nf + i]
+            out[f] = col
+        return picked_ts, out
+
+    def memory(self):
+        """(objects tracked, bytes held in rings)"""
+        return len(self.series), sum(s.nbytes() for s in self.series.values())
