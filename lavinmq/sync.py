@@ -8,6 +8,12 @@ while the event loop keeps reading, then runs everything that waited for
 it: cumulative basic.ack per channel, deferred tx.commit-ok. Whatever
 arrived during a flush is covered by the next one, so one fdatasync serves
 every publish of the round, however many there were.
+
+A flush also carries the stores' ack files (an ack reaches the disk with
+the next flush) and, per store that wrote records, its commit record
+(lavinmq/commit.py), which lets recovery after a power cut keep exactly
+what flushes made durable. When nothing waits for the disk (acks only,
+publishers without confirms), a flush still runs within LAZY_FLUSH seconds.
 """
 import asyncio
 import ctypes
@@ -15,11 +21,16 @@ import ctypes.util
 import logging
 import os
 
+from lavinmq import commit
+
 log = logging.getLogger("lavinmq.sync")
 
 # Above this many files one syncfs(2) of the data directory's filesystem is
 # cheaper than a fdatasync per file.
 SYNCFS_ABOVE = 64
+
+# Seconds a write may wait for a flush when nothing waits for it.
+LAZY_FLUSH = 1.0
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -36,6 +47,20 @@ def _fsync_path(path, directory=False):
             os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path):
+    _fsync_path(path, directory=True)
+
+
+def flush_round(files, dirs, jobs, anchor):
+    """Runs in a worker thread: one flush. The commit records go first;
+    order does not matter for correctness (a record whose bytes did not all
+    make it fails its crc), only that all of it is durable before the
+    waiters run."""
+    for job in jobs:
+        commit.commit(job)
+    flush_files(files, dirs, anchor)
 
 
 def flush_files(files, dirs, anchor):
@@ -64,6 +89,8 @@ class Syncer:
         self.waiters = []        # callables to run after the next flush
         self.flushing = False
         self.flushes = 0         # rounds done, for tests and stats
+        self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
+        self._current = None     # the running flush's future
 
     @property
     def idle(self):
@@ -86,22 +113,60 @@ class Syncer:
 
     def add_file(self, path):
         self.extra_files.add(path)
+        self._arm()
+
+    def mark(self, store):
+        """A store wrote (records or acks) for the first time since the last
+        flush took its marks."""
+        self.dirty.append(store)
+        self._arm()
+
+    def _arm(self):
+        if self._timer is not None or self.flushing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return          # no loop (tools, tests): the next after_flush covers it
+        self._timer = loop.call_later(LAZY_FLUSH, self._lazy)
+
+    def _lazy(self):
+        self._timer = None
+        if not self.flushing and (self.dirty or self.extra_files):
+            self._start()
+
+    async def close(self):
+        """At shutdown: everything written so far reaches the disk (with its
+        commit records), so a restart after a power cut keeps it all."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self.flushing or self.dirty or self.extra_files or self.waiters:
+            if not self.flushing:
+                self._start()
+            await asyncio.wait([self._current])
 
     def _start(self):
         self.flushing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         stores, self.dirty = self.dirty, []
         waiters, self.waiters = self.waiters, []
-        files, dirs = list(self.extra_files), set()
+        files, dirs, jobs = list(self.extra_files), set(), []
         self.extra_files = set()
         for store in stores:
-            paths, directory = store.take_sync_paths()
+            paths, directory, job = store.take_sync()
             files.extend(paths)
             if directory:
                 dirs.add(directory)
                 dirs.add(os.path.dirname(directory))
+            if job is not None:
+                jobs.append(job)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, flush_files, files, sorted(dirs), self.data_dir)
+        fut = loop.run_in_executor(None, flush_round, files, sorted(dirs), jobs, self.data_dir)
         fut.add_done_callback(lambda f: self._done(f, waiters))
+        self._current = fut
 
     def _done(self, fut, waiters):
         self.flushing = False
@@ -124,6 +189,7 @@ class Syncer:
                 conns.add(conn)
         for conn in conns:
             conn.flush()
-        if self.waiters or self.dirty or self.extra_files:
-            if self.waiters:
-                self._start()
+        if self.waiters:
+            self._start()
+        elif self.dirty or self.extra_files:
+            self._arm()

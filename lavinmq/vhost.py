@@ -14,6 +14,7 @@ from lavinmq.args import check_equivalent
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class
 from lavinmq.queue import Queue
+from lavinmq.sync import fsync_dir
 
 log = logging.getLogger("lavinmq.vhost")
 
@@ -52,6 +53,7 @@ class VHost:
         self._predeclare()
         self._load()
         self.definitions.open()
+        fsync_dir(self.dir)     # definitions.amqp's name (new, or rewritten by _load) is durable
 
     # -- boot ------------------------------------------------------------------
 
@@ -209,9 +211,8 @@ class VHost:
                                      f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
-        store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
-        if not transient:
-            store.syncer = self.syncer
+        store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'",
+                             None if transient else self.syncer)
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()

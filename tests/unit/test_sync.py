@@ -42,9 +42,8 @@ async def until(cond, timeout=5):
 async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     calls, gates = flushes
     syncer = sync.Syncer(str(tmp_path))
-    a = MessageStore(str(tmp_path / "a"), 4096)
-    b = MessageStore(str(tmp_path / "b"), 4096)
-    a.syncer = b.syncer = syncer
+    a = MessageStore(str(tmp_path / "a"), 4096, None, syncer)
+    b = MessageStore(str(tmp_path / "b"), 4096, None, syncer)
     done = []
 
     a.py_append(record(b"one"))
@@ -83,8 +82,7 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
 async def test_flush_makes_files_durable_without_error(tmp_path):
     # the real fdatasync/fsync path, including a file dropped meanwhile
     syncer = sync.Syncer(str(tmp_path))
-    s = MessageStore(str(tmp_path / "q"), 4096)
-    s.syncer = syncer
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
     for i in range(200):
         s.py_append(record(b"m%d" % i))
     fut = asyncio.get_running_loop().create_future()
