@@ -393,6 +393,8 @@ cdef class MessageStore:
                     break
                 if n == RECORD_MALFORMED:
                     raise CorruptSegment(f"{s.path}: malformed record at byte {pos}")
+                if n < 0 and verified_end >= 0:
+                    break        # inside bytes a commit vouches for: corrupt (raised below)
                 if n < 0:
                     log.warning("%s: torn record at byte %d cut off", s.path, pos)
                     if s.writable:
