@@ -40,9 +40,11 @@ complete, ended there); segments after the range were never committed and
 are removed. A `commit` file with no valid slot belongs to a queue whose
 first commit never completed: nothing in it was confirmed.
 
-Cost. One small pwrite and one extra fdatasync per queue per flush, in the
-syncer's worker thread, plus a crc32 over the bytes the flush covers,
-read back from the page cache in the same thread. Nothing per message."""
+Cost. One small pwrite and one more fdatasync per queue per flush, run
+side by side with the segments' (lavinmq/sync.py), so the filesystem folds
+them into one journal commit; plus a crc32 over the bytes the flush covers,
+read back from the page cache in the syncer's worker thread. Nothing per
+message, nothing on the event loop."""
 import os
 import struct
 import zlib
@@ -165,10 +167,11 @@ def crc_from(cut_back):
     return 0 if cut_back == SEGMENT_HEADER else cut_back
 
 
-def commit(job):
+def commit(job, sync=True):
     """Runs in the syncer's worker thread, in the flush that fdatasyncs the
     segments: checksum the ranges this commit covers (read back from the page
-    cache) and write the store's next slot, durably.
+    cache) and write the store's next slot (fdatasync'ed here, or by the
+    caller with sync=False). -> False if the queue is gone.
     job = (directory, seq, first segment, start, [(segment id, end)])."""
     directory, seq, first, start, ends = job
     if len(ends) > MAX_ENTRIES:
@@ -179,9 +182,10 @@ def commit(job):
         crc = range_crc(segment_path(directory, seg_id), crc_from(cut_back), end) if end else None
         entries.append((0, 0) if crc is None else (end, crc))
     try:
-        write_slot(directory, Slot(seq, BOOT_ID, first, start, entries))
+        write_slot(directory, Slot(seq, BOOT_ID, first, start, entries), sync)
     except FileNotFoundError:
-        pass            # the queue was deleted meanwhile
+        return False    # the queue was deleted meanwhile
+    return True
 
 
 def recovery_plan(directory, seg_ids, slot):

@@ -50,8 +50,9 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     assert not syncer.idle
     syncer.after_flush(lambda: done.append(1))
     await until(lambda: len(calls) == 1)
-    # the first flush covers store a's segment and its new directory entry
-    assert calls[0][0] == [str(tmp_path / "a" / "msgs.0000000001")]
+    # the first flush covers store a's segment, its commit record and its
+    # new directory entry
+    assert calls[0][0] == [str(tmp_path / "a" / "commit"), str(tmp_path / "a" / "msgs.0000000001")]
     assert str(tmp_path / "a") in calls[0][1]
 
     # written while the first flush runs: three waiters, two stores
@@ -67,7 +68,8 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     # one flush for all of them, with every segment written meanwhile (a rolled over)
     files = calls[1][0]
     assert str(tmp_path / "b" / "msgs.0000000001") in files
-    assert sum(1 for f in files if f.startswith(str(tmp_path / "a"))) >= 2
+    assert str(tmp_path / "a" / "commit") in files and str(tmp_path / "b" / "commit") in files
+    assert sum(1 for f in files if f.startswith(str(tmp_path / "a" / "msgs."))) >= 2
     assert done == [1]
     gates[1].set()
     await until(lambda: done == [1, 2, 3, 4])
