@@ -554,9 +554,16 @@ cdef class MessageStore:
 
     @syncer.setter
     def syncer(self, value):
-        if value is not None and self.group_commit is None:
-            self._start_commits(value, os.path.exists(commits.commit_path(self.dir)), False)
-        elif value is None and self.group_commit is not None:
+        self.set_syncer(value)
+
+    def set_syncer(self, syncer):
+        """Join (or leave) the group commit after the store was opened. A
+        queue gets its syncer at construction, so that a new queue's commit
+        file comes before its first segment; joining later commits the store
+        as it stands, synchronously."""
+        if syncer is not None and self.group_commit is None:
+            self._start_commits(syncer, os.path.exists(commits.commit_path(self.dir)), False)
+        elif syncer is None and self.group_commit is not None:
             self.group_commit = None
             self._stop_commits(False)
 
