@@ -102,6 +102,7 @@ class Syncer:
         self.flushes = 0         # rounds done, for tests and stats
         self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
         self._current = None     # the running flush's future
+        self.failed = False      # a flush failed: the broker is stopping
 
     @property
     def idle(self):
@@ -152,12 +153,14 @@ class Syncer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while self.flushing or self.dirty or self.extra_files or self.waiters:
+        while not self.failed and (self.flushing or self.dirty or self.extra_files or self.waiters):
             if not self.flushing:
                 self._start()
             await asyncio.wait([self._current])
 
     def _start(self):
+        if self.failed:
+            return          # stopping: nothing more is confirmed
         self.flushing = True
         if self._timer is not None:
             self._timer.cancel()
@@ -187,6 +190,7 @@ class Syncer:
             # a failed fdatasync means the kernel may have dropped the pages:
             # confirming would be a lie, and carrying on would be another
             log.critical("flushing messages to disk failed: %s; stopping", exc)
+            self.failed = True
             os.kill(os.getpid(), 15)
             return
         conns = set()
