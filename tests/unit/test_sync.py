@@ -104,3 +104,30 @@ async def test_transient_store_is_not_tracked(tmp_path):
     s.py_append(record(b"m"))
     assert syncer.idle
     s.close()
+
+
+async def test_writes_nobody_waits_for_are_flushed_soon(tmp_path, monkeypatch):
+    # acks, and publishes without confirms, still reach the disk (and the
+    # commit record) within LAZY_FLUSH
+    monkeypatch.setattr(sync, "LAZY_FLUSH", 0.05)
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
+    s.py_append(record(b"no confirm"))
+    await until(lambda: syncer.flushes == 1 and syncer.idle)
+    m = s.py_shift()
+    s.py_delete(m[0])
+    await until(lambda: syncer.flushes == 2 and syncer.idle)
+    assert os.path.getsize(tmp_path / "q" / "acks.0000000001") == 4
+    s.close()
+
+
+async def test_close_flushes_what_is_left(tmp_path):
+    from lavinmq import commit
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
+    s.py_append(record(b"at shutdown"))
+    await syncer.close()
+    assert syncer.idle and syncer.flushes == 1
+    _, slot = commit.read_newest(str(tmp_path / "q"))
+    assert slot.seq == 1 and slot.first == 1 and slot.entries[0][0] == 4 + len(record(b"at shutdown"))
+    s.close()
