@@ -347,7 +347,7 @@ async def run(opts):
     data_dir = os.path.join(mount.mountpoint, "data")
     broker = Broker(workdir, data_dir, opts.sync, opts.segment_size, opts.broker_root)
     ledger = Ledger()
-    lost_per_cycle = []
+    confirmed_per_cycle = []
     start_failures = []
     modes = {}
     started = time.monotonic()
@@ -376,10 +376,10 @@ async def run(opts):
             broker.kill()
             await clients.stop()
             mount.reboot()
-            lost_per_cycle.append(len(ledger.confirmed) - confirmed_before)
+            confirmed_per_cycle.append(len(ledger.confirmed) - confirmed_before)
             ledger.seen_since_cut = set()
             if opts.verbose:
-                print(f"cycle {cycle}: {mode}, {lost_per_cycle[-1]} confirmed, "
+                print(f"cycle {cycle}: {mode}, {confirmed_per_cycle[-1]} confirmed, "
                       f"{len(ledger.confirmed)} in all", file=sys.stderr, flush=True)
         counts = {}
         if not start_failures:
