@@ -109,6 +109,11 @@ class DefinitionsFile:
         if self.f:
             self.f.close()
         os.replace(tmp, self.path)
+        fd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)        # the rename itself, or frames appended from here could vanish with it
+        finally:
+            os.close(fd)
         self.removals = 0
         self.open()
 

@@ -12,7 +12,7 @@ import lavinmq
 from lavinmq import sdnotify
 from lavinmq.amqp.connection import AMQPConnection
 from lavinmq.auth.users import UserStore
-from lavinmq.sync import Syncer
+from lavinmq.sync import Syncer, fsync_dir
 from lavinmq.vhost import VHost, sha1
 
 log = logging.getLogger("lavinmq.server")
@@ -43,6 +43,7 @@ class Server:
         # built before anything opens: a bad certificate stops the start naming the setting
         self.tls_context = tls.new_context(config) if tls.enabled(config) else None
         self._load_vhosts()
+        fsync_dir(os.path.dirname(os.path.abspath(self.data_dir)))    # the data dir's own name
 
     # -- vhosts ------------------------------------------------------------------
 
@@ -87,6 +88,7 @@ class Server:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._vhosts_path)
+        fsync_dir(self.data_dir)    # the rename, and new vhost directories
 
     def add_vhost(self, name):
         if name not in self.vhosts:
@@ -250,6 +252,8 @@ class Server:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn._close_transport()
+        if self.syncer is not None:
+            await self.syncer.close()
         for vhost in self.vhosts.values():
             vhost.close()
         if not quiet:

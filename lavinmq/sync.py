@@ -8,19 +8,37 @@ while the event loop keeps reading, then runs everything that waited for
 it: cumulative basic.ack per channel, deferred tx.commit-ok. Whatever
 arrived during a flush is covered by the next one, so one fdatasync serves
 every publish of the round, however many there were.
+
+A flush also carries the stores' ack files (an ack reaches the disk with
+the next flush) and, per store that wrote records, its commit record
+(lavinmq/commit.py), which lets recovery after a power cut keep exactly
+what flushes made durable. When nothing waits for the disk (acks only,
+publishers without confirms), a flush still runs within LAZY_FLUSH seconds.
 """
 import asyncio
+import concurrent.futures
 import ctypes
 import errno
 import ctypes.util
 import logging
 import os
 
+from lavinmq import commit
+
 log = logging.getLogger("lavinmq.sync")
 
 # Above this many files one syncfs(2) of the data directory's filesystem is
 # cheaper than a fdatasync per file.
 SYNCFS_ABOVE = 64
+
+# Seconds a write may wait for a flush when nothing waits for it.
+LAZY_FLUSH = 1.0
+
+# A flush's fdatasyncs run side by side: the filesystem folds concurrent
+# ones into one journal commit and one device flush, so a flush of a
+# segment and its commit record costs about one fdatasync, not two.
+FSYNC_THREADS = 8
+_fsync_pool = concurrent.futures.ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="lavinmq-fsync")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -39,6 +57,22 @@ def _fsync_path(path, directory=False):
         os.close(fd)
 
 
+def fsync_dir(path):
+    _fsync_path(path, directory=True)
+
+
+def flush_round(files, dirs, jobs, anchor):
+    """Runs in a worker thread: one flush. The commit records are written,
+    then made durable together with everything else: order does not matter
+    (a record whose bytes did not all make it fails its crc), only that all
+    of it is durable before the waiters run."""
+    files = list(files)
+    for job in jobs:
+        if commit.commit(job, sync=False):
+            files.append(commit.commit_path(job[0]))
+    flush_files(files, dirs, anchor)
+
+
 def flush_files(files, dirs, anchor):
     """Runs in a worker thread: make these files and directory entries
     durable. `anchor` is any path on the data directory's filesystem."""
@@ -51,10 +85,12 @@ def flush_files(files, dirs, anchor):
         finally:
             os.close(fd)
         return
-    for path in files:
-        _fsync_path(path)
-    for path in dirs:
-        _fsync_path(path, directory=True)
+    work = [(path, False) for path in files] + [(path, True) for path in dirs]
+    if len(work) == 1:
+        _fsync_path(*work[0])
+        return
+    for fut in [_fsync_pool.submit(_fsync_path, path, directory) for path, directory in work]:
+        fut.result()
 
 
 class Syncer:
@@ -65,7 +101,10 @@ class Syncer:
         self.waiters = []        # callables to run after the next flush
         self.flushing = False
         self.flushes = 0         # rounds done, for tests and stats
-        self.retry = None        # (files, dirs) of a round that ran out of descriptors
+        self.retry = None        # (files, dirs, jobs) of a round that ran out of descriptors
+        self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
+        self._current = None     # the running flush's future
+        self.failed = False      # a flush failed: the broker is stopping
 
     @property
     def idle(self):
@@ -88,28 +127,69 @@ class Syncer:
 
     def add_file(self, path):
         self.extra_files.add(path)
+        self._arm()
+
+    def mark(self, store):
+        """A store wrote (records or acks) for the first time since the last
+        flush took its marks."""
+        self.dirty.append(store)
+        self._arm()
+
+    def _arm(self):
+        if self._timer is not None or self.flushing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return          # no loop (tools, tests): the next after_flush covers it
+        self._timer = loop.call_later(LAZY_FLUSH, self._lazy)
+
+    def _lazy(self):
+        self._timer = None
+        if not self.flushing and (self.dirty or self.extra_files):
+            self._start()
+
+    async def close(self):
+        """At shutdown: everything written so far reaches the disk (with its
+        commit records), so a restart after a power cut keeps it all."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while not self.failed and (self.flushing or self.dirty or self.extra_files or self.waiters):
+            if not self.flushing:
+                self._start()
+            await asyncio.wait([self._current])
 
     def _start(self):
+        if self.failed:
+            return          # stopping: nothing more is confirmed
         self.flushing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         stores, self.dirty = self.dirty, []
         waiters, self.waiters = self.waiters, []
-        files, dirs = list(self.extra_files), set()
+        files, dirs, jobs = list(self.extra_files), set(), []
         self.extra_files = set()
         if self.retry is not None:
             files.extend(self.retry[0])
             dirs.update(self.retry[1])
+            jobs.extend(self.retry[2])
             self.retry = None
         for store in stores:
-            paths, directory = store.take_sync_paths()
+            paths, directory, job = store.take_sync()
             files.extend(paths)
             if directory:
                 dirs.add(directory)
                 dirs.add(os.path.dirname(directory))
+            if job is not None:
+                jobs.append(job)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, flush_files, files, sorted(dirs), self.data_dir)
-        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs))
+        fut = loop.run_in_executor(None, flush_round, files, sorted(dirs), jobs, self.data_dir)
+        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs, jobs))
+        self._current = fut
 
-    def _done(self, fut, waiters, files=(), dirs=()):
+    def _done(self, fut, waiters, files=(), dirs=(), jobs=()):
         self.flushing = False
         self.flushes += 1
         exc = fut.exception()
@@ -117,7 +197,7 @@ class Syncer:
             # out of descriptors to open the files with: nothing was lost on
             # the disk, so wait (confirms wait too) and flush the same files again
             log.warning("flushing messages to disk: %s; retrying", exc.strerror)
-            self.retry = (files, set(dirs))
+            self.retry = (files, set(dirs), list(jobs))
             self.waiters[:0] = waiters
             asyncio.get_running_loop().call_later(0.2, self._retry)
             return
@@ -125,6 +205,7 @@ class Syncer:
             # a failed fdatasync means the kernel may have dropped the pages:
             # confirming would be a lie, and carrying on would be another
             log.critical("flushing messages to disk failed: %s; stopping", exc)
+            self.failed = True
             os.kill(os.getpid(), 15)
             return
         conns = set()
@@ -138,9 +219,10 @@ class Syncer:
                 conns.add(conn)
         for conn in conns:
             conn.flush()
-        if self.waiters or self.dirty or self.extra_files:
-            if self.waiters:
-                self._start()
+        if self.waiters:
+            self._start()
+        elif self.dirty or self.extra_files:
+            self._arm()
 
     def _retry(self):
         if not self.flushing and self.retry is not None:

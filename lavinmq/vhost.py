@@ -17,6 +17,7 @@ from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, Resource
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
+from lavinmq.sync import fsync_dir
 
 log = logging.getLogger("lavinmq.vhost")
 
@@ -57,6 +58,7 @@ class VHost:
         self._predeclare()
         self._load()
         self.definitions.open()
+        fsync_dir(self.dir)     # definitions.amqp's name (new, or rewritten by _load) is durable
         for q in self.queues.values():
             q.note_message_ttls()       # stored messages may carry their own expiration
         self.apply_policies()
@@ -289,12 +291,11 @@ class VHost:
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
         log_name = f"'{name}' in vhost '{self.name}'"
         max_priority = (arguments or {}).get("x-max-priority")
+        syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
         if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
-            store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority)
+            store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority, syncer)
         else:
-            store = MessageStore(store_dir, self.segment_size, log_name)
-        if not transient:
-            store.set_syncer(self.syncer)
+            store = MessageStore(store_dir, self.segment_size, log_name, syncer)
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         q.default_consumer_timeout = self.consumer_timeout
         self.queues[name] = q

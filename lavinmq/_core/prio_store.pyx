@@ -18,7 +18,7 @@ cdef class PriorityMessageStore(MessageStore):
     messages go back to their own level, ahead of what was behind them."""
 
     def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
-                 int max_priority=255):
+                 int max_priority=255, syncer=None):
         self.dir = directory
         self.segment_size = segment_size
         self.log_name = log_name or directory
@@ -28,7 +28,7 @@ cdef class PriorityMessageStore(MessageStore):
         os.makedirs(directory, exist_ok=True)
         for level in range(max_priority + 1):
             st = MessageStore(os.path.join(directory, "prio.%03d" % level), segment_size,
-                              f"{self.log_name} (priority {level})")
+                              f"{self.log_name} (priority {level})", syncer)
             if st.error is not None and self.error is None:
                 self.error = st.error
             self.stores.append(st)
@@ -140,9 +140,13 @@ cdef class PriorityMessageStore(MessageStore):
         self.track_body = True
 
     def set_syncer(self, syncer):
-        self.syncer = syncer
+        # the levels' stores commit their own writes; this one writes none
         for st in self.stores:
             st.set_syncer(syncer)
+
+    @property
+    def syncer(self):
+        return (<MessageStore>self.stores[0]).syncer if self.stores else None
 
     def unmap_idle(self):
         for st in self.stores:

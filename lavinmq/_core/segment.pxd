@@ -70,11 +70,16 @@ cdef class MessageStore:
         public object log_name
         readonly object error   # why the store could not be opened (queue closed)
         # group commit (lavinmq.sync): set for durable queues when sync is on
-        public object syncer
+        object group_commit     # the Syncer (the `syncer` property)
         bint sync_marked        # already in the syncer's list for the next flush
-        uint32_t sync_from      # first segment written since the last flush
-        bint sync_dir           # a segment file was created since the last flush
+        bint sync_dir           # a file was created or removed since the last flush
         bint disk_full_logged   # one log line per disk-full episode
+        # where the next commit record starts (lavinmq/commit.py): what came
+        # before is covered by commits already taken
+        uint32_t sync_seg
+        Py_ssize_t sync_pos
+        uint64_t commit_seq     # sequence number of the next commit record
+        set acks_to_sync        # ack files written since the last flush
 
     cdef Segment segment(self, uint32_t seg_id)
     cdef int open_new_segment(self, Py_ssize_t min_size) except -1
@@ -88,7 +93,7 @@ cdef class MessageStore:
     cdef int flush_acks(self) except -1
     cdef int maybe_drop_segment(self, Segment s) except -1
     cdef Py_ssize_t read_acks(self, Segment s, uint32_t **out) except -1
-    cdef int load_segment(self, Segment s, bint last) except -1
+    cdef int load_segment(self, Segment s, bint last, Py_ssize_t verified_end) except -1
     cdef int mark_for_sync(self) except -1
 
 

@@ -14,6 +14,7 @@ from cpython.exc cimport PyErr_SetFromErrno
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport record_body_len
+from lavinmq import commit as commits
 
 log = logging.getLogger("lavinmq.store")
 
@@ -134,6 +135,28 @@ cdef bint all_zero(const char *p, Py_ssize_t n):
         if p[i] != 0:
             return False
     return True
+
+
+cdef Py_ssize_t zero_tail(char *base, Py_ssize_t pos, Py_ssize_t end):
+    """Zero [pos, end) of a writable map, touching only pages that are not
+    zero already (after a power cut, pages past the committed data may hold
+    anything; a preallocated tail is mostly holes). -> pages cleared."""
+    cdef Py_ssize_t stop, cleared = 0
+    while pos < end:
+        stop = min((pos // 4096 + 1) * 4096, end)
+        if not all_zero(base + pos, stop - pos):
+            memset(base + pos, 0, stop - pos)
+            cleared += 1
+        pos = stop
+    return cleared
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 cdef int cmp_u32(const void *a, const void *b) noexcept nogil:
@@ -281,8 +304,10 @@ cdef class MessageStore:
     def __cinit__(self, *args, **kwargs):
         self.segs = []
         self.dirty = []
+        self.acks_to_sync = set()
 
-    def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None):
+    def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
+                 syncer=None):
         # loading is in __init__ (not __cinit__) so that a store made of
         # other stores (prio_store) can subclass this one without it
         self.dir = directory
@@ -291,13 +316,27 @@ cdef class MessageStore:
         self.error = None
         try:
             os.makedirs(directory, exist_ok=True)
-            self._load()
+            had_commits, recovered = self._load()
+            if self.wseg is None and syncer is not None and not had_commits:
+                # a new queue: its commit file comes before its first
+                # segment (journals keep creations in order), so a segment
+                # never exists without the record that judges it
+                self.sync_seg = self.base_id if self.base_id else 1
+                self.sync_pos = SEGMENT_HEADER
+                commits.write_slot(self.dir, commits.Slot(0, commits.BOOT_ID, self.sync_seg,
+                                                          SEGMENT_HEADER, []), sync=False)
+                self.commit_seq = 1
+                had_commits = True
             if self.wseg is None:
                 try:
                     self.open_new_segment(0)
                 except DiskFull as exc:
                     # serve what is there; the first publish tries again
                     log.warning("queue %s: no space for a write segment: %s", self.log_name, exc)
+            if syncer is not None:
+                self._start_commits(syncer, had_commits, recovered)
+            elif had_commits:
+                self._stop_commits(recovered)
         except Exception as exc:
             # one damaged or unreadable queue must not stop the broker, nor
             # lose its definition: the queue stays declared but closed
@@ -315,17 +354,51 @@ cdef class MessageStore:
     # -- boot ----------------------------------------------------------------
 
     def _load(self):
+        """-> (the queue keeps commit records, recovered from a power cut)"""
         cdef Segment s
         ids = sorted(int(f[5:]) for f in os.listdir(self.dir)
                      if f.startswith("msgs.") and f[5:].isdigit())
+        had_commits, slot = commits.read_newest(self.dir)
+        verified = {}
+        recovered = had_commits and (slot is None or not slot.intact)
+        if recovered:
+            # the machine went down since the last commit (or before the
+            # first): keep what the commits vouch for (lavinmq/commit.py)
+            keep, remove = commits.recovery_plan(self.dir, ids, slot)
+            for seg_id in remove:
+                for name in ("msgs.%010d", "acks.%010d"):
+                    try:
+                        os.unlink(os.path.join(self.dir, name % seg_id))
+                    except FileNotFoundError:
+                        pass
+            verified = {k: v for k, v in keep.items() if v is not None}
+            if remove:
+                log.warning("queue %s: the machine restarted since its last group commit: "
+                            "%d segment(s) it never committed removed", self.log_name, len(remove))
+            if ids:
+                # a fresh segment must not reuse an id a commit record names
+                self.base_id = max(ids) + 1
+            ids = [i for i in ids if i in keep]
+            self.sync_dir = True
+        if slot is not None:
+            self.commit_seq = slot.seq + 1
+            if slot.first >= self.base_id:
+                self.base_id = slot.first + max(len(slot.entries), 1)
         if not ids:
-            return
+            return had_commits, recovered
         self.base_id = ids[0]
+        if slot is not None and not recovered:
+            # the page cache survived: everything loads as written, and the
+            # next commit starts where the newest record did (the flush that
+            # wrote it may not have completed)
+            self.sync_seg, self.sync_pos = slot.first, slot.start
+            if self.sync_seg < self.base_id:
+                self.sync_seg, self.sync_pos = self.base_id, SEGMENT_HEADER
         for i, seg_id in enumerate(ids):
             while self.base_id + len(self.segs) < seg_id:
                 self.segs.append(None)
             s = Segment(seg_id, self.dir)
-            self.load_segment(s, i == len(ids) - 1)
+            self.load_segment(s, i == len(ids) - 1, verified.get(seg_id, -1))
             self.segs.append(s)
         for i in range(len(self.segs) - 1):
             s = self.segs[i]
@@ -338,12 +411,15 @@ cdef class MessageStore:
                 if self.rseg is None:
                     self.rseg = s
                     self.rpos = SEGMENT_HEADER
+        return had_commits, recovered
 
-    cdef int load_segment(self, Segment s, bint last) except -1:
+    cdef int load_segment(self, Segment s, bint last, Py_ssize_t verified_end) except -1:
         """Walk the records of a segment file: count them, cut a torn tail,
-        and match the positions listed in its ack file."""
+        and match the positions listed in its ack file. With verified_end
+        >= 0 (after a power cut) only the records before it count and
+        whatever lies past it is cleared."""
         cdef Py_ssize_t pos = SEGMENT_HEADER
-        cdef Py_ssize_t n, file_len
+        cdef Py_ssize_t n, file_len, limit
         cdef uint32_t *acked = NULL
         cdef Py_ssize_t n_acked = 0, i, j
         s.writable = last
@@ -354,6 +430,7 @@ cdef class MessageStore:
                 f.truncate(SEGMENT_HEADER)
                 f.write(SCHEMA_VERSION.to_bytes(4, "little"))
             file_len = SEGMENT_HEADER
+        limit = file_len if verified_end < 0 else min(verified_end, file_len)
         s.size = file_len
         s.capacity = max(file_len, self.segment_size) if last else file_len
         if last:
@@ -372,13 +449,15 @@ cdef class MessageStore:
         j = 0
         try:
             while True:
-                n = record_len(s.base + pos, file_len - pos)
+                n = record_len(s.base + pos, limit - pos)
                 if n == 0:
-                    if not last and not all_zero(s.base + pos, file_len - pos):
+                    if not last and not all_zero(s.base + pos, limit - pos):
                         raise CorruptSegment(f"{s.path}: data after the end mark at byte {pos}")
                     break
                 if n == RECORD_MALFORMED:
                     raise CorruptSegment(f"{s.path}: malformed record at byte {pos}")
+                if n < 0 and verified_end >= 0:
+                    break        # inside bytes a commit vouches for: corrupt (raised below)
                 if n < 0:
                     log.warning("%s: torn record at byte %d cut off", s.path, pos)
                     if s.writable:
@@ -395,8 +474,14 @@ cdef class MessageStore:
         finally:
             s.deleted = acked
             s.n_deleted = s.ack_count
+        if verified_end >= 0 and pos != verified_end:
+            raise CorruptSegment(f"{s.path}: records end at byte {pos}, its commit record at {verified_end}")
         s.size = pos
         s.allocated = pos       # blocks past the data may be holes (older files were sparse)
+        if verified_end >= 0:
+            if s.writable and zero_tail(s.base, pos, s.capacity) or not s.writable and file_len > pos:
+                log.warning("%s: what was written past its last group commit (byte %d) is cut off",
+                            s.path, pos)
         if not last:
             s.unmap()
             if file_len != pos:
@@ -541,6 +626,7 @@ cdef class MessageStore:
             return
         s.dropped = True
         s.n_pending = 0      # its ack file goes with it
+        self.sync_dir = True
         s.close_files()
         for p in (s.path, s.ack_path):
             try:
@@ -560,28 +646,113 @@ cdef class MessageStore:
         return 0
 
     # -- group commit --------------------------------------------------------
+    #
+    # With sync on, a durable queue's writes (records and acks) are made
+    # durable by the syncer's next flush, and each flush that covers new
+    # records also writes the queue's next commit record (the file `commit`:
+    # where the flush started, where each segment it covers ends, a crc32 of
+    # those bytes). Recovery after a power cut keeps exactly what a commit
+    # record vouches for; after a mere crash (same boot) the page cache is
+    # intact and everything written loads as before. lavinmq/commit.py has
+    # the format and the reasoning; none of it runs per message.
 
     cdef int mark_for_sync(self) except -1:
         # once per store per flush round, not per message
         self.sync_marked = True
-        self.sync_from = self.wseg.id
-        self.syncer.dirty.append(self)
+        self.group_commit.mark(self)
         return 0
 
-    def take_sync_paths(self):
-        """-> (segment files written since the last flush, directory or
-        None): what the syncer's next flush must make durable. Resets the
-        marks, so writes from here on go into the following flush."""
-        paths = []
-        if self.sync_marked:
-            for seg_id in range(self.sync_from, self.wseg.id + 1):
+    @property
+    def syncer(self):
+        return self.group_commit
+
+    @syncer.setter
+    def syncer(self, value):
+        self.set_syncer(value)
+
+    def set_syncer(self, syncer):
+        """Join (or leave) the group commit after the store was opened. A
+        queue gets its syncer at construction, so that a new queue's commit
+        file comes before its first segment; joining later commits the store
+        as it stands, synchronously."""
+        if syncer is not None and self.group_commit is None:
+            self._start_commits(syncer, os.path.exists(commits.commit_path(self.dir)), False)
+        elif syncer is None and self.group_commit is not None:
+            self.group_commit = None
+            self._stop_commits(False)
+
+    def _start_commits(self, syncer, bint had_commits, bint recovered):
+        self.group_commit = syncer
+        if not had_commits or recovered:
+            # records older than any commit (an upgrade, a run with sync
+            # off), or a tail just cut back after a power cut: make the
+            # segments as they are now durable, then a record that says so
+            self._commit_now()
+
+    def _stop_commits(self, bint recovered):
+        """Sync off: no record would follow the writes, so a stale one must
+        not judge them after the next power cut."""
+        if recovered:
+            self._sync_segments()
+        try:
+            os.unlink(commits.commit_path(self.dir))
+        except FileNotFoundError:
+            pass
+        fsync_dir(self.dir)
+
+    def _sync_segments(self):
+        for x in self.segs:
+            if x is not None:
+                fd = os.open((<Segment>x).path, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(self.dir)
+        fsync_dir(os.path.dirname(self.dir))
+
+    def _commit_now(self):
+        """Synchronous commit of the store as it stands (rare: see callers)."""
+        if self.wseg is None:
+            return          # no segment yet (a full disk at start): the first write commits
+        self._sync_segments()
+        commits.write_slot(self.dir, commits.Slot(self.commit_seq, commits.BOOT_ID, self.wseg.id,
+                                                  self.wseg.size, []))
+        self.commit_seq += 1
+        self.sync_seg, self.sync_pos = self.wseg.id, self.wseg.size
+        self.sync_dir = False
+
+    def take_sync(self):
+        """-> (files, directory or None, commit job or None): what the
+        syncer's next flush must make durable: segment files written since
+        the last flush and their commit record (lavinmq.commit.commit runs
+        the job), ack files written, the directory if a file came or went.
+        Resets the marks, so writes from here on go into the following flush."""
+        cdef Segment w = self.wseg
+        cdef Segment s
+        if self.closed or w is None:
+            self.sync_marked = False
+            return [], None, None
+        self.flush_acks()
+        files = list(self.acks_to_sync)
+        self.acks_to_sync.clear()
+        job = None
+        if w.id != self.sync_seg or w.size != self.sync_pos:
+            ends = []
+            for seg_id in range(self.sync_seg, w.id + 1):
                 s = self.segment(seg_id)
                 if s is not None and not s.dropped:
-                    paths.append(s.path)
+                    files.append(s.path)
+                    ends.append((seg_id, s.size))
+                else:
+                    ends.append((seg_id, 0))
+            job = (self.dir, self.commit_seq, self.sync_seg, self.sync_pos, ends)
+            self.commit_seq += 1
+            self.sync_seg, self.sync_pos = w.id, w.size
         directory = self.dir if self.sync_dir else None
         self.sync_marked = False
         self.sync_dir = False
-        return paths, directory
+        return files, directory, job
 
     # -- messages ------------------------------------------------------------
 
@@ -606,7 +777,7 @@ cdef class MessageStore:
         out.seg = s.id
         out.pos = <uint32_t>s.size
         out.size = <uint32_t>n
-        if self.syncer is not None and not self.sync_marked:
+        if self.group_commit is not None and not self.sync_marked:
             self.mark_for_sync()
         s.size += n
         s.msg_count += 1
@@ -732,6 +903,8 @@ cdef class MessageStore:
             self.dirty.append(s)
         s.add_pending(sp.pos)
         s.ack_count += 1
+        if self.group_commit is not None and not self.sync_marked:
+            self.mark_for_sync()     # acks reach the disk with the next flush too
         return 0
 
     cdef int requeue(self, SP sp) except -1:
@@ -768,6 +941,11 @@ cdef class MessageStore:
             s = <Segment>x
             if s.dropped:
                 continue
+            if self.group_commit is not None:
+                if s.ack_fd < 0:
+                    self.sync_dir = True     # the ack file may be new: its name too
+                self.acks_to_sync.add(s.ack_path)
+            s.flush_pending()
             if s.ack_count == s.msg_count:
                 # every message gone: dropping the files frees space, and
                 # needs no ack entries written first
@@ -823,10 +1001,6 @@ cdef class MessageStore:
                 pos = SEGMENT_HEADER
         self.ready_body = total
         self.track_body = True
-
-    def set_syncer(self, syncer):
-        """Durable stores join the group commit (lavinmq.sync)."""
-        self.syncer = syncer
 
     def unmap_idle(self):
         """Unmap every segment but the reader's and the writer's: RSS stays

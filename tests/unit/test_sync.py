@@ -42,17 +42,17 @@ async def until(cond, timeout=5):
 async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     calls, gates = flushes
     syncer = sync.Syncer(str(tmp_path))
-    a = MessageStore(str(tmp_path / "a"), 4096)
-    b = MessageStore(str(tmp_path / "b"), 4096)
-    a.syncer = b.syncer = syncer
+    a = MessageStore(str(tmp_path / "a"), 4096, None, syncer)
+    b = MessageStore(str(tmp_path / "b"), 4096, None, syncer)
     done = []
 
     a.py_append(record(b"one"))
     assert not syncer.idle
     syncer.after_flush(lambda: done.append(1))
     await until(lambda: len(calls) == 1)
-    # the first flush covers store a's segment and its new directory entry
-    assert calls[0][0] == [str(tmp_path / "a" / "msgs.0000000001")]
+    # the first flush covers store a's segment, its commit record and its
+    # new directory entry
+    assert calls[0][0] == [str(tmp_path / "a" / "commit"), str(tmp_path / "a" / "msgs.0000000001")]
     assert str(tmp_path / "a") in calls[0][1]
 
     # written while the first flush runs: three waiters, two stores
@@ -68,7 +68,8 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     # one flush for all of them, with every segment written meanwhile (a rolled over)
     files = calls[1][0]
     assert str(tmp_path / "b" / "msgs.0000000001") in files
-    assert sum(1 for f in files if f.startswith(str(tmp_path / "a"))) >= 2
+    assert str(tmp_path / "a" / "commit") in files and str(tmp_path / "b" / "commit") in files
+    assert sum(1 for f in files if f.startswith(str(tmp_path / "a" / "msgs."))) >= 2
     assert done == [1]
     gates[1].set()
     await until(lambda: done == [1, 2, 3, 4])
@@ -83,8 +84,7 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
 async def test_flush_makes_files_durable_without_error(tmp_path):
     # the real fdatasync/fsync path, including a file dropped meanwhile
     syncer = sync.Syncer(str(tmp_path))
-    s = MessageStore(str(tmp_path / "q"), 4096)
-    s.syncer = syncer
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
     for i in range(200):
         s.py_append(record(b"m%d" % i))
     fut = asyncio.get_running_loop().create_future()
@@ -103,4 +103,31 @@ async def test_transient_store_is_not_tracked(tmp_path):
     s = MessageStore(str(tmp_path / "t"), 4096)    # no syncer: a transient queue
     s.py_append(record(b"m"))
     assert syncer.idle
+    s.close()
+
+
+async def test_writes_nobody_waits_for_are_flushed_soon(tmp_path, monkeypatch):
+    # acks, and publishes without confirms, still reach the disk (and the
+    # commit record) within LAZY_FLUSH
+    monkeypatch.setattr(sync, "LAZY_FLUSH", 0.05)
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
+    s.py_append(record(b"no confirm"))
+    await until(lambda: syncer.flushes == 1 and syncer.idle)
+    m = s.py_shift()
+    s.py_delete(m[0])
+    await until(lambda: syncer.flushes == 2 and syncer.idle)
+    assert os.path.getsize(tmp_path / "q" / "acks.0000000001") == 4
+    s.close()
+
+
+async def test_close_flushes_what_is_left(tmp_path):
+    from lavinmq import commit
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 4096, None, syncer)
+    s.py_append(record(b"at shutdown"))
+    await syncer.close()
+    assert syncer.idle and syncer.flushes == 1
+    _, slot = commit.read_newest(str(tmp_path / "q"))
+    assert slot.seq == 1 and slot.first == 1 and slot.entries[0][0] == 4 + len(record(b"at shutdown"))
     s.close()
