@@ -53,6 +53,7 @@ class Config:
     max_message_size: int = 128 * 1024 * 1024
     free_disk_min: int | None = None     # None: 3 segments (LavinMQ's floor); 0 turns the alarm off
     sync: bool = True       # confirms and tx.commit-ok wait until the messages are on disk
+    vm_memory_high_watermark: float = 0.4   # RSS above this share of memory blocks publishers (RabbitMQ's)
     amqp_bind: str = "127.0.0.1"
     amqp_port: int = 5672
     heartbeat: int = 300
@@ -67,6 +68,9 @@ class Config:
     consumer_timeout: int | None = None  # ms an unacked delivery may be held (off: None, as LavinMQ)
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
+    pidfile: str | None = None           # the broker's pid is written here while it runs
+    load_definitions: str | None = None  # a definitions JSON file imported at start (LavinMQ's)
+    max_consumers_per_channel: int = 0   # 0: no limit
     # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
     handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
     http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
@@ -158,6 +162,7 @@ OPTIONS = {
                                lo=0, hi=2 ** 32 - 1),
     "free_disk_min": Option("int", (("main", "free_disk_min"),), lo=0, hi=2 ** 63 - 1, optional=True),
     "sync": Option("bool", (("main", "sync"),), ("LAVINMQ_SYNC",)),
+    "vm_memory_high_watermark": Option("float", (("main", "vm_memory_high_watermark"),), lo=0, hi=1),
     "amqp_bind": Option("str", (("amqp", "bind"),), ("LAVINMQ_AMQP_BIND",)),
     "amqp_port": Option("int", (("amqp", "port"),), ("LAVINMQ_AMQP_PORT",), **PORT),
     "heartbeat": Option("int", (("amqp", "heartbeat"),), lo=0, hi=65535),
@@ -174,6 +179,9 @@ OPTIONS = {
     "default_consumer_prefetch": Option("int", (("main", "default_consumer_prefetch"),
                                                 ("amqp", "default_consumer_prefetch")), lo=0, hi=65535),
     "log_exchange": Option("bool", (("main", "log_exchange"),)),
+    "pidfile": Option("str", (("main", "pidfile"),), optional=True),
+    "load_definitions": Option("str", (("main", "load_definitions"),), optional=True),
+    "max_consumers_per_channel": Option("int", (("amqp", "max_consumers_per_channel"),), lo=0, hi=2 ** 31 - 1),
     "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
     "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
     "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),
@@ -182,8 +190,11 @@ OPTIONS = {
     "loopback_users": Option("str", (("main", "loopback_users"),)),
     "amqps_port": Option("int", (("amqp", "tls_port"),), ("LAVINMQ_AMQPS_PORT",), **PORT),
     "https_port": Option("int", (("mgmt", "tls_port"),), ("LAVINMQ_HTTPS_PORT",), **PORT),
-    "tls_cert": Option("str", (("main", "tls_cert"),), ("LAVINMQ_TLS_CERT_PATH",), optional=True),
-    "tls_key": Option("str", (("main", "tls_key"),), ("LAVINMQ_TLS_KEY_PATH",), optional=True),
+    # LavinMQ also reads them from [amqp] and [mgmt] (deprecated there)
+    "tls_cert": Option("str", (("main", "tls_cert"), ("amqp", "tls_cert"), ("mgmt", "tls_cert")),
+                       ("LAVINMQ_TLS_CERT_PATH",), optional=True),
+    "tls_key": Option("str", (("main", "tls_key"), ("amqp", "tls_key"), ("mgmt", "tls_key")),
+                      ("LAVINMQ_TLS_KEY_PATH",), optional=True),
     "tls_ciphers": Option("str", (("main", "tls_ciphers"),), ("LAVINMQ_TLS_CIPHERS",), optional=True),
     "tls_min_version": Option("choice", (("main", "tls_min_version"),), ("LAVINMQ_TLS_MIN_VERSION",),
                               optional=True, choices=("1.0", "1.1", "1.2", "1.3")),
@@ -192,21 +203,29 @@ OPTIONS = {
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
-# Known to LavinMQ, not implemented here: warn and go on, so that an ini
-# file written for LavinMQ starts this broker too.
-IGNORED_KEYS = {
-    "main": {"pidfile", "tls_keylog_file", "tls_ktls",
-             "stats_log_size", "socket_buffer_size", "tcp_nodelay",
-             "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size",
-             "free_disk_warn", "load_definitions", "max_deleted_definitions",
-             "consumer_timeout_loop_interval", "auth_backends",
-             "default_consistent_hash_algorithm"},
-    "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources",
-             "amqp_systemd_socket_name", "max_consumers_per_channel", "tls_cert", "tls_key",
-             },
+# Known to LavinMQ and harmless to ignore here (socket tuning, how much
+# history to keep, ...): accepted with an info line. The README lists them.
+HARMLESS_KEYS = {
+    "main": {"tls_ktls", "stats_log_size", "socket_buffer_size", "tcp_nodelay", "tcp_keepalive",
+             "tcp_recv_buffer_size", "tcp_send_buffer_size", "free_disk_warn", "consumer_timeout_loop_interval",
+             "max_deleted_definitions", "default_consistent_hash_algorithm"},
+    "amqp": set(),
+    "mgmt": set(),
+    # no MQTT listener and no clustering here: where they would listen is moot
+    "mqtt": {"bind", "default_vhost"},
+    "clustering": {"bind", "port", "advertised_uri", "etcd_endpoints", "etcd_prefix", "max_unsynced_actions",
+                   "on_leader_elected", "on_leader_lost"},
+}
+# Known to LavinMQ, not implemented here: a start with one of them set is
+# refused, naming it, unless its value turns the feature off ("false",
+# "0", empty): a broker must not silently lack what its ini asks for.
+UNSUPPORTED_KEYS = {
+    "main": {"tls_keylog_file", "auth_backends"},
+    "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources", "amqp_systemd_socket_name"},
     "mgmt": {"unix_path", "http_systemd_socket_name"},
 }
-IGNORED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
+UNSUPPORTED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
+OFF_VALUES = {"", "false", "no", "off", "0", "none"}
 
 
 def default_config_file(env):
@@ -227,6 +246,11 @@ def convert(field, raw, where):
             return int(raw)
         except ValueError:
             raise ConfigError(f"{where}: {raw!r} is not an integer") from None
+    if opt.kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: {raw!r} is not a number") from None
     if opt.kind == "bool":
         low = raw.lower()
         if low in ("true", "yes", "on", "y", "1"):
@@ -246,6 +270,11 @@ def check(field, value, where):
     if opt.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: {value!r} is not an integer")
+        if not opt.lo <= value <= opt.hi:
+            raise ConfigError(f"{where}: {value} is out of range ({opt.lo}..{opt.hi})")
+    elif opt.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {value!r} is not a number")
         if not opt.lo <= value <= opt.hi:
             raise ConfigError(f"{where}: {value} is out of range ({opt.lo}..{opt.hi})")
     elif opt.kind == "bool":
@@ -283,10 +312,9 @@ def apply_ini(config, path):
         if section == "http":   # LavinMQ's old name for [mgmt]
             config.warnings.append(f"{path}: section [http] is deprecated, use [mgmt]")
         name = "mgmt" if section == "http" else section
-        if name in IGNORED_SECTIONS or name.startswith("sni:"):
-            config.warnings.append(f"{path}: section [{section}] is not supported, ignored")
-            continue
-        if name not in IGNORED_KEYS:
+        if name.startswith("sni:"):
+            raise ConfigError(f"{path}: [{section}]: per-hostname TLS settings are not supported")
+        if name not in HARMLESS_KEYS and name not in UNSUPPORTED_SECTIONS:
             raise ConfigError(f"{path}: [{section}]: unknown section")
         for key, raw in parser.items(section):
             where = f"[{section}] {key}"
@@ -296,8 +324,14 @@ def apply_ini(config, path):
                     config.set(field, raw, where)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
-            elif key in IGNORED_KEYS[name]:
-                config.warnings.append(f"{path}: {where} is not supported, ignored")
+            elif key in HARMLESS_KEYS.get(name, ()):
+                config.warnings.append(f"{path}: {where} has no effect here, ignored")
+            elif raw.strip().lower() in OFF_VALUES and (name in UNSUPPORTED_SECTIONS
+                                                         or key in UNSUPPORTED_KEYS.get(name, ())):
+                continue        # turned off: nothing is lacking
+            elif name in UNSUPPORTED_SECTIONS or key in UNSUPPORTED_KEYS.get(name, ()):
+                raise ConfigError(f"{path}: {where} = {raw.strip()}: not supported by this broker "
+                                  f"(remove it, or set it to false)")
             else:
                 raise ConfigError(f"{path}: {where}: unknown setting")
 

@@ -18,9 +18,10 @@ from lavinmq.auth.password import hash_password
 from lavinmq.safetext import escape_controls
 
 # the broker listens on DATA_DIR/lavinmqctl.sock: the packages' data dir
-# first (the service's /tmp is private), then LavinMQ's own default. Either
-# is used only if root, the broker's user or we own it (see trusted_socket).
-DEFAULT_SOCKETS = ("/var/lib/lavinmq/lavinmqctl.sock", "/tmp/lavinmqctl.sock")
+# first (the service's /tmp is private), then LavinMQ's own default, then
+# ./data (where `./dev run` keeps its data, for a fresh clone). Each is used
+# only if root, the broker's user or we own it (see trusted_socket).
+DEFAULT_SOCKETS = ("/var/lib/lavinmq/lavinmqctl.sock", "/tmp/lavinmqctl.sock", "data/lavinmqctl.sock")
 BROKER_USER = "lavinmq"
 DEFAULT_URI = "http://127.0.0.1:15672"
 EX_USAGE, EX_UNAVAILABLE, EX_NOPERM = 2, 69, 77
@@ -305,6 +306,8 @@ def build_parser():
     p.add_argument("--socket", default=os.environ.get("LAVINMQCTL_SOCKET"),
                    help=f"control UNIX socket (default $LAVINMQCTL_SOCKET, else the first of "
                         f"{', '.join(DEFAULT_SOCKETS)} that exists)")
+    p.add_argument("-D", "--data-dir", help="the broker's data directory: use its control socket "
+                                            "(DATA_DIR/lavinmqctl.sock)")
     p.add_argument("-f", "--format", choices=("text", "json"), default="text")
     p.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -421,6 +424,8 @@ def main(argv=None, out=None):
     args = build_parser().parse_args(argv)
     unix_path = None
     if not args.uri and args.func is not hash_password_cmd:
+        if args.data_dir and not args.socket:
+            args.socket = os.path.join(args.data_dir, "lavinmqctl.sock")
         if args.socket:
             unix_path = args.socket
             why = trusted_socket(unix_path) if os.path.exists(unix_path) else None

@@ -35,6 +35,10 @@ class Server:
         self.listeners = []
         self._housekeeping = None
         self.disk_alarm = False
+        self.memory_alarm = False
+        from lavinmq._core import segment
+        segment.on_map_pressure(self.unmap_idle)
+        self.memory_limit = 0
         self.started = time.monotonic()
         self.http = None
         from lavinmq import tls
@@ -143,6 +147,7 @@ class Server:
         if cfg.amqps_port and self.tls_context is not None:
             self._listen(cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", self.tls_context)
         self.check_disk()
+        self.check_memory()
         self._housekeeping = loop.create_task(self._housekeep())
         if self.config.log_exchange:
             from lavinmq import log_exchange
@@ -171,9 +176,44 @@ class Server:
                 except Exception:
                     log.exception("heartbeat check failed for %s", conn.name)
             self.check_disk()
+            self.check_memory()
             if rounds % UNMAP_EVERY == 0:
                 for vhost in self.vhosts.values():
                     vhost.unmap_idle()
+
+    def unmap_idle(self):
+        for vhost in self.vhosts.values():
+            vhost.unmap_idle()
+
+    def check_memory(self):
+        """vm_memory_high_watermark: above it, publishers are blocked until
+        the broker's resident memory falls back below it."""
+        self.memory_limit = int(self.config.vm_memory_high_watermark * total_memory())
+        high = bool(self.memory_limit) and resident_memory() > self.memory_limit
+        if high == self.memory_alarm:
+            return
+        self.memory_alarm = high
+        if high:
+            log.warning("memory alarm: resident memory %d bytes above the high watermark %d: "
+                        "publishers blocked", resident_memory(), self.memory_limit)
+        else:
+            log.warning("memory alarm cleared: publishers unblocked")
+        self._alarms_changed()
+
+    def _alarms_changed(self):
+        blocked = self.disk_alarm or self.memory_alarm
+        reason = "low on disk" if self.disk_alarm else "low on memory"
+        for conn in list(self.connections):
+            conn.set_blocked(blocked, reason)
+
+    @property
+    def alarm_reason(self):
+        """What blocks publishers now, None when nothing does."""
+        if self.disk_alarm:
+            return "low on disk"
+        if self.memory_alarm:
+            return "low on memory"
+        return None
 
     def check_disk(self):
         """free_disk_min: below it, publishers are blocked until space returns."""
@@ -191,8 +231,7 @@ class Server:
                         free, self.data_dir, limit)
         else:
             log.warning("disk alarm cleared: publishers unblocked")
-        for conn in list(self.connections):
-            conn.set_blocked(low)
+        self._alarms_changed()
 
     def reload(self):
         """SIGHUP: re-read the settings that can change while running."""
@@ -203,8 +242,11 @@ class Server:
             log.error("config reload failed, keeping the running settings: %s", exc)
             return
         self.config.free_disk_min = fresh.free_disk_min
-        log.info("config reloaded: free_disk_min %d", self.config.disk_free_limit)
+        self.config.vm_memory_high_watermark = fresh.vm_memory_high_watermark
+        log.info("config reloaded: free_disk_min %d, vm_memory_high_watermark %s", self.config.disk_free_limit,
+                 self.config.vm_memory_high_watermark)
         self.check_disk()
+        self.check_memory()
         self._reload_tls(fresh)
 
     def _reload_tls(self, fresh):
@@ -270,21 +312,77 @@ async def serve(config):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, server.reload)
     try:
+        if config.load_definitions:
+            load_definitions(server, config.load_definitions)
         await server.start()
     except ListenError:
         await server.stop(quiet=True)
         raise
+    if config.pidfile:
+        write_pidfile(config.pidfile)
     log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
     sdnotify.notify(f"READY=1\nSTATUS=listening on {config.amqp_bind}:{config.amqp_port}\nMAINPID={os.getpid()}")
-    await stop.wait()
-    sdnotify.notify("STOPPING=1")
-    await server.stop()
+    try:
+        await stop.wait()
+        sdnotify.notify("STOPPING=1")
+        await server.stop()
+    finally:
+        if config.pidfile:
+            try:
+                os.unlink(config.pidfile)
+            except OSError:
+                pass
     return 0
+
+
+def write_pidfile(path):
+    from lavinmq.listener import ListenError
+    try:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ListenError(f"pidfile {path} ([main] pidfile): {exc.strerror}") from None
+
+
+def load_definitions(server, path):
+    """[main] load_definitions: a definitions export imported at every
+    start, before the listeners open, as LavinMQ does."""
+    from lavinmq.http.importer import import_definitions
+    from lavinmq.listener import ListenError
+    try:
+        with open(path, "rb") as f:
+            body = orjson.loads(f.read())
+        import_definitions(server, body)
+    except Exception as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        raise ListenError(f"load_definitions {path} ([main] load_definitions): {reason}") from None
+    log.info("definitions loaded from %s", path)
 
 
 def _loop_kind():
     # uvloop unless told otherwise; the test suite also runs on asyncio's loop
     return os.environ.get("LAVINMQ_EVENT_LOOP") or os.environ.get("LAVINMQ_TEST_LOOP") or "uvloop"
+
+
+def total_memory():
+    """The machine's memory, or the cgroup's limit when that is lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                raw = f.read().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and 0 < int(raw) < total:
+            return int(raw)
+    return total
+
+
+def resident_memory():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def raise_fd_limit():

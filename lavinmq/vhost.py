@@ -249,8 +249,11 @@ class VHost:
 
     # -- queues --------------------------------------------------------------------
 
+    def new_queue_name(self):
+        return "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
     def declare_queue(self, name, durable, exclusive_owner, auto_delete, arguments,
-                      passive=False, persist=True, connection=None):
+                      passive=False, persist=True, connection=None, server_named=False):
         """connection: the declaring connection (None over HTTP); it may use
         its own exclusive queues passively, whatever exclusive flag it sends."""
         q = self.queues.get(name)
@@ -261,8 +264,8 @@ class VHost:
             q.touch()
             return q
         if name == "":
-            name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
-        elif name.startswith("amq.") and persist:
+            name = self.new_queue_name()
+        elif name.startswith("amq.") and persist and not server_named:
             # as RabbitMQ, also for a queue that exists; replay (persist=False)
             # brings back server-named durable queues
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'", 50, 10)

@@ -180,30 +180,48 @@ def test_unknown_key_and_section(tmp_path, env):
         Config.load(["-c", ini(tmp_path, "[amqp]\nport = 1\nport = 2\n")], env)
 
 
-def test_lavinmq_keys_we_do_not_implement_only_warn(tmp_path, env):
-    # shaped like LavinMQ's shipped lavinmq.ini
+def test_lavinmqs_shipped_ini_starts(tmp_path, env):
+    # shaped like LavinMQ's shipped lavinmq.ini: what it sets is implemented,
+    # turned off, or harmless here
     path = ini(tmp_path, """
         [main]
         data_dir = /var/lib/lavinmq
         log_level = info
         pidfile = /run/lavinmq.pid
+        stats_log_size = 120
         [mgmt]
         bind = ::
         tls_port = 15671
         [amqp]
         bind = ::
         tls_port = 5671
+        tcp_proxy_protocol = false
         [mqtt]
         bind = ::
         [clustering]
         enabled = false
+        bind = ::
         """)
     c = Config.load(["-c", path], env)
     assert (c.amqp_bind, c.http_bind) == ("::", "::")
     assert (c.amqps_port, c.https_port) == (5671, 15671)     # read now: TLS is implemented
+    assert c.pidfile == "/run/lavinmq.pid"
     text = "\n".join(c.warnings)
-    for what in ("[main] pidfile", "[mqtt]", "[clustering]"):
-        assert what in text
+    assert "[main] stats_log_size has no effect here" in text and "[mqtt] bind has no effect here" in text
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("amqp", "tcp_proxy_protocol", "true"),
+    ("amqp", "unix_path", "/run/lavinmq.sock"),
+    ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
+    ("mqtt", "port", "1883"),
+    ("clustering", "enabled", "true"),
+    ("main", "tls_keylog_file", "/tmp/keys"),
+])
+def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
+    path = ini(tmp_path, f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key} = .*not supported"):
+        Config.load(["-c", path], env)
 
 
 def test_deprecated_aliases(tmp_path, env):

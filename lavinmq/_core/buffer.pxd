@@ -26,6 +26,7 @@ cdef class WriteBuffer:
     cdef int start_method(self, uint16_t channel, uint16_t class_id, uint16_t method_id) except -1
     cdef bytes take(self)
     cdef void clear(self)
+    cdef void shrink(self, Py_ssize_t keep)
 
 
 # -- raw readers; the caller has checked the bounds ---------------------------

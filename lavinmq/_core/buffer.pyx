@@ -120,6 +120,17 @@ cdef class WriteBuffer:
     cdef void clear(self):
         self.len = 0
 
+    cdef void shrink(self, Py_ssize_t keep):
+        """Empty, and give back memory above `keep` bytes (after one big
+        message a channel should not hold its size for good)."""
+        cdef char *nb
+        self.len = 0
+        if self.cap > keep:
+            nb = <char *>realloc(self.buf, keep)
+            if nb is not NULL:
+                self.buf = nb
+                self.cap = keep
+
     # Python-facing helpers, used by tests and the control plane
     def getvalue(self):
         return PyBytes_FromStringAndSize(self.buf, self.len)

@@ -28,6 +28,7 @@ cdef class ConnState:
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read
         public uint64_t publishes    # messages published on this connection
+        public uint64_t assembling   # declared body bytes of the publishes being received
         public bytes user_id         # a user_id property must equal this; None = any (impersonator)
 
     cdef int mark_dirty(self) except -1
@@ -68,6 +69,9 @@ cdef class Channel:
         bint mandatory
         bint immediate
         Exchange ex_cache
+        Exchange ex_pending          # the exchange of the publish being assembled, checked up front
+        public uint64_t body_declared    # its body size, counted in ConnState.assembling
+        public uint64_t tx_bytes     # bytes held by the open transaction
         # confirms
         public bint confirm
         public uint64_t publish_seq

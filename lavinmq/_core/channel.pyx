@@ -21,6 +21,7 @@ from lavinmq.errors import (
 )
 
 cdef enum:
+    BUFFER_KEEP = 1 << 20      # a publish buffer above this is given back before the next publish
     NO_CONSUMER = 0xffffffff
     FLUSH_AT = 262144          # bytes of output before a mid-pass flush
     FLOW_BACKLOG = 4096        # ready messages in a consumed queue before publishers are slowed
@@ -218,6 +219,11 @@ cdef class Channel:
         bits = read_u8(&r)
         self.mandatory = bits & 1
         self.immediate = bits & 2
+        # the exchange and the right to write to it are checked now, before
+        # any body is buffered (a refused publisher sends its bodies for nothing)
+        self.ex_pending = self.exchange_for(ex, exlen)
+        if self.rec.cap > BUFFER_KEEP:
+            self.rec.shrink(BUFFER_KEEP)
         self.rec.clear()
         self.rec.write_u64(0)              # timestamp, set with the header
         self.rec.write_shortstr(ex, exlen)
@@ -238,6 +244,16 @@ cdef class Channel:
             self.pstate = PS_IDLE
             raise PreconditionFailed(
                 f"message size {body_size} larger than max size {self.state.max_message_size}", 60, 40)
+        if self.state.assembling + body_size > self.state.max_message_size:
+            # one connection assembles at most max_message_size of bodies at
+            # once, whatever its channels: clients send a message's frames
+            # together, so only a hostile one gets here
+            self.pstate = PS_IDLE
+            raise PreconditionFailed(
+                f"unfinished message bodies on this connection would exceed {self.state.max_message_size} "
+                f"bytes", 60, 40)
+        self.state.assembling += body_size
+        self.body_declared = body_size
         self.rec.reserve(n - 12 + 8)
         plen = props_convert(p + 12, n - 12, self.rec.buf + self.rec.len, False)
         if plen != n - 12:
@@ -330,14 +346,20 @@ cdef class Channel:
         raise NotFound(f"no exchange '{name}' in vhost", 60, 40)
 
     cdef int publish_complete(self) except -1:
-        cdef Exchange ex
+        cdef Exchange ex = self.ex_pending
         cdef int rc
         cdef const char *rec = self.rec.buf
         self.pstate = PS_IDLE
         self.publish_count += 1
         self.state.publishes += 1
-        ex = self.exchange_for(rec + 9, <uint8_t>rec[8])
+        self.state.assembling -= self.body_declared
+        self.body_declared = 0
+        self.ex_pending = None
         if self.tx:
+            self.tx_bytes += self.rec.len
+            if self.tx_bytes > self.state.max_message_size:
+                raise PreconditionFailed(f"transaction holds more than {self.state.max_message_size} bytes "
+                                         f"of messages: commit or roll back", 60, 40)
             self.tx_msgs.append((ex, self.rec.getvalue(), self.mandatory, self.immediate))
             return 0
         rc = self.route_record(ex, rec, self.rec.len, self.props_len, self.mandatory, self.immediate)
@@ -577,6 +599,7 @@ cdef class Channel:
         msgs, acks = self.tx_msgs, self.tx_acks
         self.tx_msgs = []
         self.tx_acks = []
+        self.tx_bytes = 0
         self.tx = False
         try:
             for ex, rec, mandatory, immediate in msgs:
@@ -596,6 +619,15 @@ cdef class Channel:
     def rollback(self):
         self.tx_msgs = []
         self.tx_acks = []
+        self.tx_bytes = 0
+
+    def abandon_publish(self):
+        """The channel closes with a publish half received: its body no
+        longer counts against the connection's limit."""
+        self.state.assembling -= self.body_declared
+        self.body_declared = 0
+        self.ex_pending = None
+        self.pstate = PS_IDLE
 
     def add_consumer_slot(self, Consumer c):
         c.slot = len(self.consumer_slots)

@@ -74,6 +74,7 @@ cdef class MessageStore:
         bint sync_marked        # already in the syncer's list for the next flush
         bint sync_dir           # a file was created or removed since the last flush
         bint disk_full_logged   # one log line per disk-full episode
+        bint touched            # written since the last unmap_idle
         # where the next commit record starts (lavinmq/commit.py): what came
         # before is covered by commits already taken
         uint32_t sync_seg

@@ -27,6 +27,15 @@ cdef extern from "errno.h":
     int errno
     int ENOSPC
     int EDQUOT
+    int ENOMEM
+
+# called when a map fails for want of mappings: the server unmaps idle segments
+cdef object _map_pressure = None
+
+
+def on_map_pressure(fn):
+    global _map_pressure
+    _map_pressure = fn
 
 # Disk blocks are reserved ahead of the writer in steps that grow with the
 # segment (64 KiB, 128 KiB, ... 4 MiB): a write into a mapped page with no
@@ -201,6 +210,11 @@ cdef class Segment:
                 PyErr_SetFromErrno(OSError)
                 return -1
         m = mmap(NULL, length, PROT_READ | (PROT_WRITE if self.writable else 0), MAP_SHARED, fd, 0)
+        if m == MAP_FAILED and errno == ENOMEM and _map_pressure is not None:
+            # out of mappings (vm.max_map_count) or address space: let go
+            # of every idle map in the broker, then try once more
+            _map_pressure()
+            m = mmap(NULL, length, PROT_READ | (PROT_WRITE if self.writable else 0), MAP_SHARED, fd, 0)
         if fd != self.fd:
             c_close(fd)
         if m == MAP_FAILED:
@@ -327,12 +341,8 @@ cdef class MessageStore:
                                                           SEGMENT_HEADER, []), sync=False)
                 self.commit_seq = 1
                 had_commits = True
-            if self.wseg is None:
-                try:
-                    self.open_new_segment(0)
-                except DiskFull as exc:
-                    # serve what is there; the first publish tries again
-                    log.warning("queue %s: no space for a write segment: %s", self.log_name, exc)
+            # no segment until the first message: an empty queue is a directory
+            # (100,000 queues cost no maps, no disk blocks, no descriptors)
             if syncer is not None:
                 self._start_commits(syncer, had_commits, recovered)
             elif had_commits:
@@ -770,6 +780,13 @@ cdef class MessageStore:
             if self.allocate(s, s.size + n + 8) == APPEND_NO_SPACE:
                 self.log_disk_full(None)
                 return APPEND_NO_SPACE
+        if s.base is NULL:          # unmapped while the queue was idle
+            try:
+                s.map()
+            except OSError as exc:
+                log.error("queue %s: cannot map %s: %s", self.log_name, s.path, exc)
+                return APPEND_NO_SPACE
+        self.touched = True
         # body first, timestamp last: a record cut short by a crash keeps a
         # zero timestamp and reads as the end of data
         memcpy(s.base + s.size + 8, rec + 8, n - 8)
@@ -1003,11 +1020,15 @@ cdef class MessageStore:
         self.track_body = True
 
     def unmap_idle(self):
-        """Unmap every segment but the reader's and the writer's: RSS stays
-        flat however deep the queue is."""
+        """Unmap every segment but the reader's and the writer's, and those
+        too when nothing was written since the last call: RSS stays flat
+        however deep the queue is, and idle queues hold no mapping (the
+        kernel allows ~65k)."""
         cdef Segment s
+        cdef bint idle = not self.touched
+        self.touched = False
         for x in self.segs:
-            if x is not None and x is not self.wseg and x is not self.rseg:
+            if x is not None and (idle or (x is not self.wseg and x is not self.rseg)):
                 s = x
                 s.unmap()
 

@@ -8,7 +8,7 @@ import secrets
 from lavinmq import churn
 from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
-    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed,
+    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed, ResourceError,
 )
 from lavinmq.arguments import validate_consumer
 from lavinmq.exchange import DefaultExchange
@@ -56,7 +56,8 @@ class AMQPChannel(CoreChannel):
         if ex.internal:
             raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost "
                                 f"'{self.vhost.name}'", 60, 40)
-        self.can_write(name, "exchange", 60, 40)
+        # RabbitMQ checks the default exchange under its name amq.default
+        self.can_write(name or "amq.default", "exchange", 60, 40)
         return ex
 
     # -- exchange ---------------------------------------------------------------
@@ -102,10 +103,18 @@ class AMQPChannel(CoreChannel):
             if not nowait:
                 self.send(50, 11, (name, 0, 0))
             return
-        if not passive and name:
+        server_named = not name and not passive
+        if server_named:
+            # the name is chosen here so that the configure right is checked
+            # on it, as RabbitMQ does (users limited to ^alice\. get none)
+            name = self.vhost.new_queue_name()
+        if not passive:
             self.can_configure(name, "queue", 50, 10)
+            if conn.server.memory_alarm and name not in self.vhost.queues:
+                raise PreconditionFailed(f"cannot declare queue '{name}' in vhost '{self.vhost.name}': the "
+                                         f"broker is low on memory (memory alarm)", 50, 10)
         q = self.vhost.declare_queue(name, durable, conn if exclusive else None, auto_delete,
-                                     arguments, passive, connection=conn)
+                                     arguments, passive, connection=conn, server_named=server_named)
         if q.exclusive_owner is conn and q not in conn.exclusive_queues:
             conn.exclusive_queues.append(q)
         conn.last_queue = q.name
@@ -189,6 +198,9 @@ class AMQPChannel(CoreChannel):
         if any(c.exclusive for c in q.consumers):
             raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
         validate_consumer(arguments)
+        limit = self.connection.config.max_consumers_per_channel
+        if limit and len(self.consumers) >= limit:
+            raise ResourceError(f"max {limit} consumers per channel reached", 60, 20)
         priority = (arguments or {}).get("x-priority") or 0
         c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
@@ -319,6 +331,7 @@ class AMQPChannel(CoreChannel):
     def cleanup(self):
         """The channel is closing: requeue what is unacked, drop consumers."""
         self.closing = True
+        self.abandon_publish()
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for c in consumers:

@@ -289,9 +289,10 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase = 2
         self.phase_opened = True
         self.send_method(0, 10, 41, ("",))
-        self.state.blocked = self.server.disk_alarm
+        reason = self.server.alarm_reason
+        self.state.blocked = reason is not None
         if self.state.blocked and self.capabilities.get("connection.blocked"):
-            self.send_method(0, 10, 60, ("low on disk",))
+            self.send_method(0, 10, 60, (reason,))
         log.info("connection %s opened by user %s on vhost %s", self.name, self.user.name, vhost_name)
 
     def permissions_changed(self):

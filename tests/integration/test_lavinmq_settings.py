@@ -85,3 +85,44 @@ def test_log_lines_on_the_log_exchange(tuned):
         ch.queue_declare(unique("x"), exclusive=True)
     assert e.value.reply_code == 403
     c.close()
+
+
+def test_pidfile_load_definitions_and_consumer_limit(tmp_path):
+    defs = tmp_path / "defs.json"
+    defs.write_text('{"queues": [{"name": "preloaded", "vhost": "/", "durable": true, "arguments": {}}],'
+                    ' "policies": [{"name": "cap", "vhost": "/", "pattern": "^preloaded$",'
+                    ' "definition": {"max-length": 1}}]}')
+    pidfile = tmp_path / "lavinmq.pid"
+    ini = tmp_path / "lavinmq.ini"
+    ini.write_text(f"[main]\npidfile = {pidfile}\nload_definitions = {defs}\n"
+                   "[amqp]\nmax_consumers_per_channel = 2\n")
+    b = BrokerProcess(tmp_path / "data", extra_args=["-c", str(ini)]).start()
+    try:
+        deadline = time.monotonic() + 5
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert int(pidfile.read_text()) == b.proc.pid
+        c = connect(b)
+        ch = c.channel()
+        for i in range(3):
+            ch.basic_publish("", "preloaded", b"%d" % i)
+        assert ch.queue_declare("preloaded", passive=True).method.message_count == 1    # its policy too
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.basic_consume(q, lambda *a: None)
+        ch.basic_consume(q, lambda *a: None)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            ch.basic_consume(q, lambda *a: None)
+        assert e.value.reply_code == 506
+    finally:
+        assert b.stop() == 0
+    assert not pidfile.exists()
+
+
+def test_bad_load_definitions_stops_the_start(tmp_path):
+    ini = tmp_path / "lavinmq.ini"
+    ini.write_text(f"[main]\nload_definitions = {tmp_path / 'missing.json'}\n")
+    b = BrokerProcess(tmp_path / "data", extra_args=["-c", str(ini)])
+    with pytest.raises(RuntimeError, match="load_definitions"):
+        b.start()
+    assert b.proc.returncode == 2
+    assert "Traceback" not in b.log_text()
