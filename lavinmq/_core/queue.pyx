@@ -694,3 +694,32 @@ cdef class Queue:
             return 0
         return self.store.purge()
 
+
+
+def bench_publish(Queue q, bytes rec, int n):
+    """Benchmarks: publish rec n times through the queue's own checks
+    (limits, TTL, dead-lettering), as route_record does."""
+    cdef int i
+    for i in range(n):
+        q.publish(rec, len(rec))
+    q.store.flush_acks()
+
+
+def bench_drain(Queue q):
+    """Benchmarks: take every ready message as a no-ack consumer would
+    (expired ones are dropped/dead-lettered on the way)."""
+    cdef SP sp
+    cdef bint redelivered
+    cdef int n = 0
+    while q.get(&sp, &redelivered, True) is not NULL:
+        q.store.delete(sp)
+        n += 1
+    q.store.flush_acks()
+    return n
+
+
+def bench_expire(Queue q):
+    """Benchmarks: expire (and dead-letter) what is due at the head now."""
+    n = q.expire_head(now_ms(), True)
+    q.store.flush_acks()
+    return n
