@@ -165,7 +165,7 @@ class VHost:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use", 40, 20)
         del self.exchanges[name]
         ex.deleted = True
-        ex.bindings.clear()
+        ex.clear_bindings()
         for other in self.exchanges.values():
             if ex in (b.destination for b in other.bindings.values()):
                 other.remove_destination(ex)
@@ -214,6 +214,7 @@ class VHost:
             store.syncer = self.syncer
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
+        self.exchanges[""].queue_added(q)
         self.routing_version.bump()
         if durable and not transient and persist:
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
@@ -255,6 +256,7 @@ class VHost:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty", 50, 40)
         count = q.message_count
         del self.queues[name]
+        self.exchanges[""].queue_removed(q)
         q.closed = True
         for ex in list(self.exchanges.values()):
             if any(b.destination is q for b in ex.bindings.values()):
