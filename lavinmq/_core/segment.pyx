@@ -3,7 +3,7 @@ import logging
 import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, realloc, free, qsort
+from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
 from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
 from posix.unistd cimport close as c_close, ftruncate, write as c_write, pwrite
@@ -14,6 +14,12 @@ from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
 
 log = logging.getLogger("lavinmq.store")
+
+
+cdef enum:
+    PREFILL_CHUNK = 256 * 1024
+
+cdef char *ZEROS = <char *>calloc(PREFILL_CHUNK, 1)
 
 
 class CorruptSegment(OSError):
@@ -148,6 +154,38 @@ cdef class Segment:
             return -1
         self.base = <char *>m
         self.mapped_len = length
+        return 0
+
+    cdef int prefill(self, Py_ssize_t upto) except -1:
+        """Write zeros (with pwrite) over the next stretch of the sparse
+        file before records are copied into the map there. On ext4 a write
+        *fault* on a hole costs a journalled inode update; with one queue
+        they are rare, but with 1,000 queues written in turn nearly every
+        fault pays it (~0.2 ms each here: 40 us per message). pwrite
+        allocates a whole stretch in one call. Best effort: if it fails, the
+        faults do the work as before."""
+        cdef Py_ssize_t end = upto + PREFILL_CHUNK, pos, chunk, done
+        cdef int fd
+        end -= end % 4096
+        if end > self.capacity:
+            end = self.capacity
+        pos = self.prepared
+        if end <= pos:
+            return 0
+        fd = c_open(self.path.encode(), O_WRONLY)
+        if fd < 0:
+            self.prepared = self.capacity
+            return 0
+        while pos < end:
+            chunk = end - pos if end - pos < PREFILL_CHUNK else PREFILL_CHUNK
+            done = pwrite(fd, ZEROS, chunk, pos)
+            if done <= 0:
+                break
+            pos += done
+        c_close(fd)
+        self.prepared = pos if pos < end else end
+        if self.prepared < upto:
+            self.prepared = self.capacity      # could not write: leave it to the faults
         return 0
 
     cdef void unmap(self):
@@ -292,6 +330,7 @@ cdef class MessageStore:
                 f.write(SCHEMA_VERSION.to_bytes(4, "little"))
             file_len = SEGMENT_HEADER
         s.size = file_len
+        s.prepared = file_len
         s.capacity = max(file_len, self.segment_size) if last else file_len
         if last:
             s.fd = c_open(s.path.encode(), O_RDWR)
@@ -400,6 +439,7 @@ cdef class MessageStore:
         if pwrite(s.fd, hdr, 4, 0) != 4:
             PyErr_SetFromErrno(OSError)
             return -1
+        s.prepared = SEGMENT_HEADER
         s.map()
         # the mapping keeps the file: no fd per queue (10k queues, 10k fds otherwise)
         c_close(s.fd)
@@ -476,6 +516,8 @@ cdef class MessageStore:
         if s.size + n + 8 > s.capacity:
             self.open_new_segment(n + 8)
             s = self.wseg
+        if s.size + n + 8 > s.prepared:
+            s.prefill(s.size + n + 8)
         # body first, timestamp last: a record cut short by a crash keeps a
         # zero timestamp and reads as the end of data
         memcpy(s.base + s.size + 8, rec + 8, n - 8)
