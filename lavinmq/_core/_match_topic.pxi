@@ -21,6 +21,7 @@ cdef struct TNode:
     DestSet dests
     uint64_t mark           # the step that last put it in a state list
     uint32_t refs           # bindings whose key passes through (or ends at) this node
+    uint32_t nwords         # word edges out of this node
     uint8_t kind            # how the parent reaches it
     char *word              # TW_WORD: the edge's word (owned)
     uint32_t wlen
@@ -130,6 +131,7 @@ cdef class TopicMatcher(Matcher):
                             <uint64_t><uintptr_t>n.parent, n.word, n.wlen)
                 if e is not NULL:
                     km_remove(&self.edges, e)
+                    n.parent.nwords -= 1
         if n.all_prev is not NULL:
             n.all_prev.all_next = n.all_next
         else:
@@ -166,8 +168,10 @@ cdef class TopicMatcher(Matcher):
         try:
             km_insert(&self.edges, h, tag, w, len(w), c)
         except BaseException:
+            c.parent = NULL
             self.free_node(c)
             raise
+        n.nwords += 1
         return c
 
     def add(self, bytes key, dest, bint is_exchange):
@@ -241,7 +245,7 @@ cdef class TopicMatcher(Matcher):
                         self.add_state(nxt, &nn, n, self.mark)
                     if n.star is not NULL:
                         self.add_state(nxt, &nn, n.star, self.mark)
-                    if words_edges:
+                    if words_edges and n.nwords:
                         tag = <uint64_t><uintptr_t>n
                         e = km_find(&self.edges, lq_hash_tag(wh, tag), tag, rk + pos, end - pos)
                         if e is not NULL:

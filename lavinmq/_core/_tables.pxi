@@ -10,20 +10,42 @@ cdef extern from *:
         __uint128_t r = (__uint128_t)a * b;
         return (uint64_t)r ^ (uint64_t)(r >> 64);
     }
+    /* Short keys (routing key words, queue names) are the common case:
+       read them in at most four fixed-size loads, no loop, no memcpy call. */
     static inline uint64_t lq_hash(const char *p, size_t n, uint64_t seed) {
         const uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL;
         uint64_t h = seed ^ k0 ^ ((uint64_t)n * k1);
-        uint64_t v;
-        while (n >= 8) {
-            memcpy(&v, p, 8);
-            h = lq_mum(h ^ v, k1);
-            p += 8;
-            n -= 8;
+        uint64_t a, b;
+        if (n <= 16) {
+            if (n >= 4) {
+                uint32_t x, y, z, w;
+                size_t mid = (n >> 3) << 2;
+                memcpy(&x, p, 4);
+                memcpy(&y, p + mid, 4);
+                memcpy(&z, p + n - 4, 4);
+                memcpy(&w, p + n - 4 - mid, 4);
+                a = ((uint64_t)x << 32) | y;
+                b = ((uint64_t)z << 32) | w;
+            } else if (n > 0) {
+                a = ((uint64_t)(uint8_t)p[0] << 16) | ((uint64_t)(uint8_t)p[n >> 1] << 8) | (uint8_t)p[n - 1];
+                b = 0;
+            } else {
+                a = b = 0;
+            }
+        } else {
+            size_t i = n;
+            while (i > 16) {
+                uint64_t x, y;
+                memcpy(&x, p, 8);
+                memcpy(&y, p + 8, 8);
+                h = lq_mum(x ^ k1, y ^ h);
+                p += 16;
+                i -= 16;
+            }
+            memcpy(&a, p + i - 16, 8);
+            memcpy(&b, p + i - 8, 8);
         }
-        v = 0;
-        if (n) memcpy(&v, p, n);
-        h = lq_mum(h ^ v ^ ((uint64_t)n << 59), k0);
-        h = lq_mum(h, k1 ^ 0x8bb84b93962eacc9ULL);
+        h = lq_mum(k1 ^ (uint64_t)n, lq_mum(a ^ k1, b ^ h));
         return h ? h : 1;     /* 0 marks an empty slot */
     }
     static inline uint64_t lq_hash_tag(uint64_t h, uint64_t tag) {
