@@ -55,8 +55,7 @@ cdef class DirectMatcher(Matcher):
             return False
         self.binding_count -= 1
         if s.n == 0:
-            free(s.items)
-            pi_free(&s.index)
+            ds_clear(s)
             free(s)
             km_remove(&self.table, e)
         return True

@@ -58,6 +58,7 @@ cdef extern from *:
     }
     """
     uint64_t lq_hash(const char *p, size_t n, uint64_t seed) noexcept nogil
+    void *aligned_alloc(size_t alignment, size_t size) noexcept nogil
     uint64_t lq_hash_tag(uint64_t h, uint64_t tag) noexcept nogil
     size_t lq_ptr_hash(const void *p) noexcept nogil
 
@@ -77,10 +78,12 @@ cdef int km_grow(KeyMap *m) except -1:
     cdef size_t old_cap = m.mask + 1 if m.slots is not NULL else 0
     cdef size_t cap = old_cap * 2 if old_cap else 16
     cdef KMEntry *old = m.slots
-    cdef KMEntry *slots = <KMEntry *>calloc(cap, sizeof(KMEntry))
+    # slots on cache-line boundaries: a probe reads one line
+    cdef KMEntry *slots = <KMEntry *>aligned_alloc(64, cap * sizeof(KMEntry))
     cdef size_t i, j
     if slots is NULL:
         raise MemoryError()
+    memset(slots, 0, cap * sizeof(KMEntry))
     for i in range(old_cap):
         if old[i].hash:
             j = old[i].hash & (cap - 1)
@@ -93,6 +96,12 @@ cdef int km_grow(KeyMap *m) except -1:
     return 0
 
 
+cdef inline const char *km_key(const KMEntry *e) noexcept nogil:
+    if e.klen <= KM_INLINE:
+        return &e.inl[0]
+    return e.key
+
+
 cdef inline KMEntry *km_find(KeyMap *m, uint64_t h, uint64_t tag, const char *k, size_t n) noexcept nogil:
     cdef size_t i
     cdef KMEntry *e
@@ -103,7 +112,7 @@ cdef inline KMEntry *km_find(KeyMap *m, uint64_t h, uint64_t tag, const char *k,
         e = &m.slots[i]
         if e.hash == 0:
             return NULL
-        if e.hash == h and e.tag == tag and e.klen == n and memcmp(e.key, k, n) == 0:
+        if e.hash == h and e.tag == tag and e.klen == n and memcmp(km_key(e), k, n) == 0:
             return e
         i = (i + 1) & m.mask
 
@@ -112,19 +121,22 @@ cdef KMEntry *km_insert(KeyMap *m, uint64_t h, uint64_t tag, const char *k, size
                         void *value) except NULL:
     """A new entry (the caller has checked the key is absent)."""
     cdef size_t i
-    cdef char *copy
+    cdef char *copy = NULL
     if m.slots is NULL or (m.used + 1) * 2 > m.mask + 1:
         km_grow(m)
-    copy = <char *>malloc(n if n else 1)
-    if copy is NULL:
-        raise MemoryError()
-    memcpy(copy, k, n)
+    if n > KM_INLINE:
+        copy = <char *>malloc(n)
+        if copy is NULL:
+            raise MemoryError()
+        memcpy(copy, k, n)
     i = h & m.mask
     while m.slots[i].hash:
         i = (i + 1) & m.mask
     m.slots[i].hash = h
     m.slots[i].tag = tag
     m.slots[i].key = copy
+    if copy is NULL:
+        memcpy(m.slots[i].inl, k, n)
     m.slots[i].klen = <uint32_t>n
     m.slots[i].value = value
     m.used += 1
@@ -136,7 +148,7 @@ cdef void km_remove(KeyMap *m, KMEntry *e) noexcept:
     tombstones are needed."""
     cdef size_t i = e - m.slots
     cdef size_t j = i, home
-    free(e.key)
+    free(e.key)         # NULL for an inline key
     while True:
         j = (j + 1) & m.mask
         if m.slots[j].hash == 0:
@@ -265,12 +277,20 @@ cdef int ds_add(DestSet *s, object o, bint is_exchange) except -1:
     if i >= 0:
         s.items[i].count += 1
         return 0
-    if s.n == s.cap:
-        items = <Dest *>realloc(s.items, (s.cap * 2 if s.cap else 2) * sizeof(Dest))
+    if s.cap == 0:
+        s.items = &s.one
+        s.cap = 1
+    elif s.n == s.cap:
+        if s.items == &s.one:
+            items = <Dest *>malloc(4 * sizeof(Dest))
+            if items is not NULL:
+                items[0] = s.one
+        else:
+            items = <Dest *>realloc(s.items, s.cap * 2 * sizeof(Dest))
         if items is NULL:
             raise MemoryError()
         s.items = items
-        s.cap = s.cap * 2 if s.cap else 2
+        s.cap = 4 if s.cap == 1 else s.cap * 2
     incref(p)
     s.items[s.n].obj = p
     s.items[s.n].count = 1
@@ -323,12 +343,14 @@ cdef void ds_clear(DestSet *s) noexcept:
     cdef uint32_t i
     cdef Dest *items = s.items
     cdef uint32_t n = s.n
+    cdef bint own = items != &s.one
     s.items = NULL
     s.n = s.cap = 0
     pi_free(&s.index)
     for i in range(n):
         decref(items[i].obj)
-    free(items)
+    if own:
+        free(items)
 
 
 cdef list ds_objects(DestSet *s):

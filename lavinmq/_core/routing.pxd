@@ -16,12 +16,17 @@ cdef class RoutingVersion:
 # -- a hash map from (tag, bytes) to a pointer ----------------------------------
 # Open addressing with linear probing and backward-shift deletion. The tag
 # lets one table hold edges of many trie nodes (tag = node id).
-cdef struct KMEntry:
+cdef enum:
+    KM_INLINE = 24          # keys up to this long live in the slot itself
+
+cdef struct KMEntry:        # 64 bytes: one cache line per probe
     uint64_t hash           # 0: empty slot
     uint64_t tag
-    char *key               # owned copy
-    uint32_t klen
     void *value
+    uint32_t klen
+    uint32_t spare
+    char *key               # owned copy of a longer key
+    char inl[KM_INLINE]
 
 cdef struct KeyMap:
     KMEntry *slots
@@ -47,10 +52,13 @@ cdef struct Dest:
     uint8_t is_exchange
 
 cdef struct DestSet:
+    # A set never moves once it has items: `items` may point at `one`
+    # (most binding keys lead to one destination: no second allocation).
     Dest *items
     uint32_t n
     uint32_t cap
     PtrIndex index          # built once the set grows past a few items
+    Dest one
 
 
 # -- a header value in comparable form ------------------------------------------

@@ -164,8 +164,14 @@ cdef class Segment:
         fault pays it (~0.2 ms each here: 40 us per message). pwrite
         allocates a whole stretch in one call. Best effort: if it fails, the
         faults do the work as before."""
-        cdef Py_ssize_t end = upto + PREFILL_CHUNK, pos, chunk, done
+        # ahead by as much as is written already (16 KiB to 256 KiB): a queue
+        # that gets few messages does not pay for zeros it will not use
+        cdef Py_ssize_t ahead = upto if upto < PREFILL_CHUNK else PREFILL_CHUNK
+        cdef Py_ssize_t end, pos, chunk, done
         cdef int fd
+        if ahead < 16384:
+            ahead = 16384
+        end = upto + ahead
         end -= end % 4096
         if end > self.capacity:
             end = self.capacity
