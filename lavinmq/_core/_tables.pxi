@@ -327,18 +327,6 @@ cdef int ds_remove(DestSet *s, object o) except -1:
     return 1
 
 
-cdef int ds_remove_all(DestSet *s, object o) except -1:
-    """Drop o whatever its count. -> the count it had."""
-    cdef Py_ssize_t i = ds_find(s, <PyObject *>o)
-    cdef uint32_t c
-    if i < 0:
-        return 0
-    c = s.items[i].count
-    s.items[i].count = 1
-    ds_remove(s, o)
-    return c
-
-
 cdef void ds_clear(DestSet *s) noexcept:
     cdef uint32_t i
     cdef Dest *items = s.items
@@ -352,6 +340,3 @@ cdef void ds_clear(DestSet *s) noexcept:
     if own:
         free(items)
 
-
-cdef list ds_objects(DestSet *s):
-    return [<object>s.items[i].obj for i in range(s.n)]

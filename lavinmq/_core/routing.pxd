@@ -87,8 +87,7 @@ cdef struct HEntry:
     uint32_t klen
     uint8_t type            # the wire type octet
     HVal val
-    uint64_t khash          # set when a headers matcher needs it
-    uint64_t phash          # hash of key and value
+    uint64_t khash          # set when the message's key index is built
 
 
 # -- the answer of one route ------------------------------------------------------
@@ -131,8 +130,7 @@ cdef class RouteOut:
         HEntry *hdrs
         Py_ssize_t nhdrs
         Py_ssize_t caphdrs
-        bint hdrs_parsed
-        bint hdrs_hashed
+        bint hdrs_hashed            # the key index below is built
         int32_t *hidx               # key -> first entry, for messages with many headers
         size_t hidx_mask
         Py_ssize_t bcc_off          # BCC entry in the table body, -1: none

@@ -100,7 +100,6 @@ cdef class RouteOut:
         self.props = props
         self.plen = plen
         self.nhdrs = 0
-        self.hdrs_parsed = False
         self.hdrs_hashed = False
         self.htab_off = -1
         self.bcc_off = -1
@@ -122,8 +121,6 @@ cdef class RouteOut:
         cdef uint32_t klen
         cdef HEntry *e
         cdef HEntry *grown
-        cdef uint8_t t
-        self.hdrs_parsed = True
         while pos < n:
             start = pos
             klen = <uint8_t>tab[pos]
