@@ -10,6 +10,8 @@ cdef enum:
     TW_WORD = 0
     TW_STAR = 1
     TW_HASH = 2
+    LAST_KEY_MAX = 255      # routing keys are shortstrs
+    LAST_NODES_MAX = 8
 
 
 cdef struct TNode:
@@ -63,6 +65,15 @@ cdef class TopicMatcher(Matcher):
     cdef readonly Py_ssize_t node_count
     cdef readonly Py_ssize_t binding_count
     cdef uint64_t mark
+    # The answer for the last routing key: publishers often repeat a key,
+    # and then a memcmp replaces the walk. Any bind or unbind drops it.
+    cdef char last_key[LAST_KEY_MAX]
+    cdef Py_ssize_t last_len
+    cdef TNode *last_nodes[LAST_NODES_MAX]
+    cdef int last_n
+
+    def __cinit__(self):
+        self.last_len = -1
 
     def __dealloc__(self):
         self.clear_all()
@@ -72,6 +83,7 @@ cdef class TopicMatcher(Matcher):
     cdef void clear_all(self) noexcept:
         cdef TNode *n = self.all_nodes
         cdef TNode *nx
+        self.last_len = -1
         while n is not NULL:
             nx = n.all_next
             ds_clear(&n.dests)
@@ -177,6 +189,7 @@ cdef class TopicMatcher(Matcher):
     def add(self, bytes key, dest, bint is_exchange):
         cdef TNode *n
         cdef TNode *p
+        self.last_len = -1
         if self.root is NULL:
             self.root = self.new_node(NULL, TW_WORD, b"", 0)
         n = self.root
@@ -192,6 +205,7 @@ cdef class TopicMatcher(Matcher):
     def remove(self, bytes key, dest):
         cdef TNode *n = self.root
         cdef TNode *p
+        self.last_len = -1
         if n is NULL:
             return False
         for w in normalise_topic_key(key):
@@ -229,6 +243,10 @@ cdef class TopicMatcher(Matcher):
         cdef bint words_edges
         if self.root is NULL:
             return 0
+        if rklen == self.last_len and memcmp(rk, self.last_key, rklen) == 0:
+            for i in range(self.last_n):
+                out.add_dests(&self.last_nodes[i].dests)
+            return 0
         words_edges = self.edges.used > 0
         self.mark += 1
         self.add_state(cur, &ncur, self.root, self.mark)
@@ -257,8 +275,17 @@ cdef class TopicMatcher(Matcher):
                 if ncur == 0 or dot is NULL:
                     break
                 pos = end + 1
+        self.last_len = -1
+        nn = 0
         for i in range(ncur):
             n = cur[i]
             if n.dests.n:
                 out.add_dests(&n.dests)
+                if nn < LAST_NODES_MAX:
+                    self.last_nodes[nn] = n
+                nn += 1
+        if nn <= LAST_NODES_MAX and rklen <= LAST_KEY_MAX:
+            memcpy(self.last_key, rk, rklen)
+            self.last_n = <int>nn
+            self.last_len = rklen
         return 0

@@ -3,6 +3,7 @@ several queues (`--queues`, LavinMQ's `--queue-pattern`), an exchange of a
 given type with bindings (`--exchange-type`, `--bindings`), and messages that
 cycle over many routing keys and header sets (`--routing-keys`,
 `--properties` with `{i}`)."""
+import asyncio
 import struct
 
 import orjson
@@ -136,7 +137,9 @@ class MessageCycle:
     """Message variants laid end to end, written in slices: publishing n
     messages is one or two transport writes, whatever the variant count."""
 
-    def __init__(self, variants):
+    def __init__(self, variants, min_count=1000):
+        # whole rounds of the variants, enough for a full batch per write
+        variants = variants * -(-min_count // len(variants))
         self.blob = b"".join(variants) * 2
         self.offsets = [0]
         for v in variants * 2:
@@ -170,8 +173,16 @@ async def declare(client, opts):
         for key, args in bindings(opts, q):
             waits.append(client.wait(ch, (50, 21)))
             client.send(ch, 50, 20, (0, q, opts.exchange, key, False, args))
-    for w in waits:
-        await w
+    await _all(waits)
+
+
+async def _all(waits):
+    """Await every reply; after a failure (the channel is closed) the rest
+    are collected too, then the first error is raised."""
+    results = await asyncio.gather(*waits, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 async def delete(client, queues=(), exchanges=()):
@@ -183,5 +194,4 @@ async def delete(client, queues=(), exchanges=()):
     for x in exchanges:
         waits.append(client.wait(1, (40, 21)))
         client.send(1, 40, 20, (0, x, False, False))
-    for w in waits:
-        await w
+    await _all(waits)

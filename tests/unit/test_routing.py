@@ -161,6 +161,27 @@ def test_topic_remove_frees_nodes_and_counts_bindings():
     assert m.node_count == 0 and m.binding_count == 0
 
 
+def test_topic_repeated_key_sees_binding_changes():
+    """The matcher remembers the answer for the last routing key; every bind
+    and unbind must make it look again."""
+    m = TopicMatcher()
+    m.add(b"a.*", "q1", False)
+    assert m.lookup(b"a.b") == ["q1"] and m.lookup(b"a.b") == ["q1"]
+    m.add(b"#.b", "q2", False)
+    assert sorted(m.lookup(b"a.b")) == ["q1", "q2"]
+    m.remove(b"a.*", "q1")
+    assert m.lookup(b"a.b") == ["q2"]
+    assert m.lookup(b"x") == [] and m.lookup(b"x") == []
+    m.add(b"x", "q3", False)
+    assert m.lookup(b"x") == ["q3"]
+    patterns = [b"a.#", b"a.b.#", b"a.*.#", b"*.b.#", b"#.z", b"*.*.*.z", b"a.b.1.#", b"#.1.#", b"a.#.z", b"#"]
+    for i, p in enumerate(patterns):      # more matching trie nodes than the memory keeps
+        m.add(p, f"n{i}", False)
+    assert len(m.lookup(b"a.b.1.z")) == len(m.lookup(b"a.b.1.z")) == 10
+    m.clear()
+    assert m.lookup(b"x") == []
+
+
 def test_topic_pathological_patterns_stay_cheap():
     """127 wildcards in every binding, a new routing key each time: the cost
     is bounded by words x trie nodes, far from exponential."""
