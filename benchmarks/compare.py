@@ -2,13 +2,16 @@
 """Run the same lavinmqperf scenarios against two brokers in one run,
 alternating, and print a table with the ratio.
 
-    python benchmarks/compare.py --ours amqp://guest:guest@127.0.0.1:5672/%2F \
+    python benchmarks/compare.py --ours amqp://guest:guest@127.0.0.1:5672/%2F \\
                                  --other amqp://guest:guest@127.0.0.1:5682/%2F --seconds 10 --repeat 3
 
 Publishers and consumers run as separate lavinmqperf processes, so the load
 generator is never one process doing both. The median of --repeat runs is
-reported for each scenario."""
+reported for each scenario. Each run declares its own queues (and exchange)
+under fresh names and deletes them afterwards. A scenario the other broker
+cannot run (an exchange type it lacks) is shown as n/a."""
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -16,14 +19,38 @@ import sys
 import time
 import uuid
 
-# name -> (publisher args or None, consumer args or None, the rate that counts)
+# name -> (publisher args or None, consumer args or None, the rate that counts,
+#          args both sides get: exchange type, bindings, queues)
+TOPIC_50 = ["--exchange-type", "topic", "--bindings", '[{"key": "dev.{i}.#", "count": 49}, {"key": "#.temp"}]']
+TOPIC_1000 = ["--exchange-type", "topic", "--bindings", '[{"key": "dev.{i}.#", "count": 999}, {"key": "#.temp"}]']
+HEADERS_100 = ["--exchange-type", "headers", "--bindings",
+               '[{"args": {"x-match": "all", "dev": "{i}", "kind": "temp"}, "count": 99},'
+               ' {"args": {"x-match": "all", "kind": "temp"}}]']
 SCENARIOS = {
-    "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume"),
-    "publish only": (["-y", "0"], None, "publish"),
-    "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume"),
-    "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume"),
-    "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume"),
+    "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume", []),
+    "publish only": (["-y", "0"], None, "publish", []),
+    "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume", []),
+    "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume", []),
+    "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume", []),
+    # issue 15: routing at scale (one publisher connection, 16-byte messages)
+    "topic 50 bindings, 1 key": (["-y", "0", "--routing-keys", "dev.{i}.temp:1"], ["-x", "0"], "consume",
+                                 ["-e", "{exchange}", *TOPIC_50]),
+    "topic 50 bindings, 100 keys": (["-y", "0", "--routing-keys", "dev.{i}.temp:100"], ["-x", "0"], "consume",
+                                    ["-e", "{exchange}", *TOPIC_50]),
+    "topic 50 bindings, 10k keys": (["-y", "0", "--routing-keys", "dev.{i}.temp:10000"], ["-x", "0"], "consume",
+                                    ["-e", "{exchange}", *TOPIC_50]),
+    "topic 1000 bindings, 10k keys": (["-y", "0", "--routing-keys", "dev.{i}.temp:10000"], ["-x", "0"],
+                                      "consume", ["-e", "{exchange}", *TOPIC_1000]),
+    "direct to 1000 queues, round robin": (["-y", "0"], ["-x", "0"], "consume",
+                                           ["-e", "{exchange}", "--exchange-type", "direct", "--queues", "1000"]),
+    "headers 100 bindings, 1000 header sets": (
+        ["-y", "0", "--routing-keys", "h.{i}:1000", "--properties", '{"headers": {"dev": "{i}", "kind": "temp"}}'],
+        ["-x", "0"], "consume", ["-e", "{exchange}", *HEADERS_100]),
+    "consistent-hash to 4 queues": (["-y", "0", "--routing-keys", "order-{i}:10000"], ["-x", "0"], "consume",
+                                    ["-e", "{exchange}", "--exchange-type", "x-consistent-hash", "--queues", "4",
+                                     "--bindings", '[{"key": "1"}]']),
 }
+BASELINE_ROWS = list(SCENARIOS)[:5]
 
 
 def perf(uri, args, seconds):
@@ -38,23 +65,61 @@ def result(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _queues(common, queue):
+    if "--queues" in common:
+        n = int(common[common.index("--queues") + 1])
+        return [f"{queue}-{i}" for i in range(1, n + 1)] if n > 1 else [queue]
+    return [queue]
+
+
+def cleanup(uri, queues, exchanges):
+    from lavinmq.perf.client import Client
+    from lavinmq.perf.topology import delete
+
+    async def run():
+        c = await Client.connect(uri)
+        await c.open_channel(1)
+        await delete(c, queues, exchanges)
+        await c.close()
+    asyncio.run(run())
+
+
 def run_scenario(uri, name, seconds):
-    pub, con, which = SCENARIOS[name]
-    queue = ["-u", "cmp-" + uuid.uuid4().hex[:8]]
-    if pub == "prefill":
-        # fill for the same time, then measure draining it
-        result(perf(uri, ["-y", "0", *queue], seconds))
-        return result(perf(uri, [*con, *queue], seconds))["avg_consume_rate"]
-    procs = []
-    if con is not None:
-        procs.append(("consume", perf(uri, [*con, *queue], seconds + 1)))
-        time.sleep(0.5)
-    procs.append(("publish", perf(uri, [*pub, *queue], seconds)))
-    rates = {}
-    for kind, p in procs:
-        r = result(p)
-        rates[kind] = r["avg_consume_rate"] if kind == "consume" else r["avg_pub_rate"]
-    return rates[which]
+    pub, con, which, common = SCENARIOS[name]
+    run_id = uuid.uuid4().hex[:8]
+    queue, exchange = "cmp-" + run_id, "cmpx-" + run_id
+    common = [a.replace("{exchange}", exchange) for a in common]
+    base = ["-u", queue, *common]
+    try:
+        if pub == "prefill":
+            # fill for the same time, then measure draining it
+            result(perf(uri, ["-y", "0", *base], seconds))
+            return result(perf(uri, [*con, *base], seconds))["avg_consume_rate"]
+        procs = []
+        if con is not None:
+            procs.append(("consume", perf(uri, [*con, *base], seconds + 1)))
+            time.sleep(1.0 if "--queues" in common or "--bindings" in common else 0.5)
+        procs.append(("publish", perf(uri, [*pub, *base], seconds)))
+        rates = {}
+        for kind, p in procs:
+            r = result(p)
+            rates[kind] = r["avg_consume_rate"] if kind == "consume" else r["avg_pub_rate"]
+        print(f"  {name}: publish {rates['publish']:,} msgs/s" +
+              (f", consume {rates['consume']:,} msgs/s" if "consume" in rates else ""), file=sys.stderr)
+        return rates[which]
+    finally:
+        try:
+            cleanup(uri, _queues(common, queue), [exchange] if "-e" in common else [])
+        except Exception as exc:        # the broker may refuse what it never declared
+            print(f"  cleanup: {exc}", file=sys.stderr)
+
+
+def run_or_none(uri, name, seconds):
+    try:
+        return run_scenario(uri, name, seconds)
+    except RuntimeError as exc:
+        print(f"  {name}: {exc}", file=sys.stderr)
+        return None
 
 
 def main(argv=None):
@@ -65,21 +130,28 @@ def main(argv=None):
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="default: all")
+    ap.add_argument("--baseline-rows", action="store_true", help="only the five single-queue rows")
     opts = ap.parse_args(argv)
-    names = opts.scenario or list(SCENARIOS)
+    names = opts.scenario or (BASELINE_ROWS if opts.baseline_rows else list(SCENARIOS))
     table = []
     for name in names:
         ours, other = [], []
         for _ in range(opts.repeat):       # alternate so drift on a shared box hits both
-            ours.append(run_scenario(opts.ours, name, opts.seconds))
-            other.append(run_scenario(opts.other, name, opts.seconds))
-        a, b = statistics.median(ours), statistics.median(other)
-        table.append((name, a, b, a / b if b else float("inf")))
-        print(f"{name}: lavinmq {a:,.0f} msgs/s  {opts.other_name} {b:,.0f} msgs/s", file=sys.stderr, flush=True)
+            ours.append(run_or_none(opts.ours, name, opts.seconds))
+            other.append(run_or_none(opts.other, name, opts.seconds))
+        a = statistics.median(x for x in ours if x is not None) if any(x is not None for x in ours) else None
+        b = statistics.median(x for x in other if x is not None) if any(x is not None for x in other) else None
+        table.append((name, a, b, ours, other))
+        print(f"{name}: lavinmq {a or 0:,.0f} msgs/s  {opts.other_name} {b or 0:,.0f} msgs/s "
+              f"(runs: {ours} / {other})", file=sys.stderr, flush=True)
     width = max(len(n) for n in names)
+
+    def fmt(x):
+        return f"{x:>14,.0f}" if x is not None else f"{'n/a':>14}"
     print(f"{'scenario':<{width}}  {'lavinmq':>14}  {opts.other_name:>14}  {'ratio':>7}")
-    for name, a, b, ratio in table:
-        print(f"{name:<{width}}  {a:>14,.0f}  {b:>14,.0f}  {ratio:>6.1f}x")
+    for name, a, b, _, _ in table:
+        ratio = f"{a / b:>6.2f}x" if a and b else f"{'':>7}"
+        print(f"{name:<{width}}  {fmt(a)}  {fmt(b)}  {ratio}")
     return 0
 
 

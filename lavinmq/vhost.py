@@ -226,7 +226,7 @@ class VHost:
             self._persist(defs.EXCHANGE_DELETE, (0, name, False, False))
         del self.exchanges[name]
         ex.deleted = True
-        ex.bindings.clear()
+        ex.clear_bindings()
         self.routing_version.bump()
         # sources that lose their last binding may be auto-delete exchanges
         # themselves: deleting them changes self.exchanges, so walk a snapshot
@@ -302,6 +302,7 @@ class VHost:
         q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         q.default_consumer_timeout = self.consumer_timeout
         self.queues[name] = q
+        self.exchanges[""].queue_added(q)
         if persist:
             churn.count("queue_created")        # not for definitions replayed at boot
         self.routing_version.bump()
@@ -327,9 +328,8 @@ class VHost:
         policy, _, definition, settings = self.policies.effective(ex.name, "exchange", ex.arguments)
         ex.policy = policy.name if policy else None
         ex.effective_policy_definition = definition
-        apply = getattr(ex, "apply_settings", None)     # e.g. the alternate exchange
-        if apply is not None:
-            apply(settings)
+        # the exchange's own argument wins over this (the routing core keeps both)
+        ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
 
     def set_limits(self, limits):
         clean = {}
@@ -370,6 +370,7 @@ class VHost:
         del self.queues[name]
         if persist:
             churn.count("queue_deleted")
+        self.exchanges[""].queue_removed(q)
         q.closed = True
         q.stop()
         for ex in list(self.exchanges.values()):

@@ -5,7 +5,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from lavinmq._core.buffer cimport WriteBuffer
 from lavinmq._core.queue cimport Queue, ConsumerBase
 from lavinmq._core.segment cimport SP
-from lavinmq._core.routing cimport Exchange
+from lavinmq._core.routing cimport Exchange, RouteOut
 
 
 cdef class ConnState:
@@ -109,6 +109,8 @@ cdef class Channel:
     cdef int on_body(self, const char *p, Py_ssize_t n) except -1
     cdef int publish_complete(self) except -1
     cdef int route_record(self, Exchange ex, const char *rec, Py_ssize_t n, Py_ssize_t props_len,
+                          bint mandatory, bint immediate) except -1
+    cdef int store_routed(self, Exchange ex, RouteOut out, const char *rec, Py_ssize_t n,
                           bint mandatory, bint immediate) except -1
     cdef Exchange exchange_for(self, const char *name, Py_ssize_t n)
     cdef uint32_t index_of(self, Queue q) except? 0xffffffff

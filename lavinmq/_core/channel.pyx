@@ -10,7 +10,7 @@ from lavinmq._core.buffer cimport (
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport prop_offset, prop_offset_insert, parse_expiration, P_EXPIRATION, P_REPLY_TO, P_TIMESTAMP
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
-from lavinmq._core.routing cimport Exchange
+from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
 from lavinmq._core.segment cimport SP, record_parts
 from lavinmq._core cimport spec
 
@@ -387,15 +387,25 @@ cdef class Channel:
         cdef const char *rk = rec + 10 + exlen
         cdef Py_ssize_t rklen = <uint8_t>rec[9 + exlen]
         cdef Py_ssize_t props_off = 10 + exlen + rklen
-        cdef tuple queues
-        cdef int refused = 0
         if props_len < 0:       # a record held by a transaction
             props_len = props_convert(rec + props_off, n - props_off, NULL, True)
-        queues = ex.route(rk, rklen, rec + props_off, props_len)
+        cdef RouteOut out = acquire_route_out()
+        try:
+            ex.route(out, rk, rklen, rec + props_off, props_len)
+            if out.bcc_off >= 0:
+                rec = out.strip_bcc(rec, n, props_off, &n)
+            return self.store_routed(ex, out, rec, n, mandatory, immediate)
+        finally:
+            release_route_out(out)
+
+    cdef int store_routed(self, Exchange ex, RouteOut out, const char *rec, Py_ssize_t n,
+                          bint mandatory, bint immediate) except -1:
         cdef Queue q
         cdef int rc
+        cdef int refused = 0
+        cdef Py_ssize_t i
         cdef bint any_consumer = False
-        if not queues:
+        if out.nq == 0:
             if mandatory:
                 self.return_unroutable_count += 1
                 self.send_return(312, b"NO_ROUTE", rec)
@@ -403,16 +413,16 @@ cdef class Channel:
                 self.drop_unroutable_count += 1
             return 0
         if immediate:
-            for x in queues:
-                if (<Queue>x).consumers:
+            for i in range(out.nq):
+                if (<Queue><object>out.queues[i]).consumers:
                     any_consumer = True
                     break
             if not any_consumer:
                 self.send_return(313, b"NO_CONSUMERS", rec)
                 return 0
         ex.publish_out_count += 1
-        for x in queues:
-            q = <Queue>x
+        for i in range(out.nq):
+            q = <Queue><object>out.queues[i]
             if not q.closed:
                 rc = q.publish(rec, n)
                 if rc:

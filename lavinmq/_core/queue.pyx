@@ -15,7 +15,7 @@ from libc.stdlib cimport calloc, free
 from lavinmq._core.props cimport (
     record_expiration, record_props_offset, record_body_len, has_prop, P_EXPIRATION,
 )
-from lavinmq._core.routing cimport Exchange
+from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
 from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
 
 log = logging.getLogger("lavinmq.queue")
@@ -365,9 +365,9 @@ cdef class Queue:
         cdef WriteBuffer wb
         cdef Exchange ex
         cdef Queue q
-        cdef Py_ssize_t n, exlen
+        cdef Py_ssize_t n, exlen, po, i
         cdef const char *r
-        cdef tuple queues
+        cdef RouteOut out
         if self.dlx is None or _dl_depth >= MAX_DL_DEPTH:
             return 0
         if self.dlx_ex is None or self.dlx_ex.deleted or self.dlx_ver != self.routing_version.value:
@@ -380,18 +380,21 @@ cdef class Queue:
         n = build_dead_letter(wb, rec, reason, self.name_bytes, self.dlx, self.dlrk, now_ms())
         r = wb.buf
         exlen = <unsigned char>r[8]
-        queues = ex.route(r + 10 + exlen, <unsigned char>r[9 + exlen], r + record_props_offset(r),
-                          n - record_props_offset(r))
+        po = record_props_offset(r)
         self.dead_lettered_count += 1
+        out = acquire_route_out()
         _dl_depth += 1
         try:
-            for x in queues:
-                q = <Queue>x
+            # routed with its CC keys too when it kept them (no dead-letter routing key)
+            ex.route(out, r + 10 + exlen, <unsigned char>r[9 + exlen], r + po, n - po)
+            for i in range(out.nq):
+                q = <Queue><object>out.queues[i]
                 if q.closed or is_cycle(r, q.name_bytes):
                     continue
                 q.publish(r, n)
         finally:
             _dl_depth -= 1
+            release_route_out(out)
         return 0
 
     def lookup_dead_letter_exchange(self):

@@ -29,6 +29,7 @@ cdef class Segment:
         readonly Py_ssize_t size       # end of the last record
         Py_ssize_t capacity     # file length while it is the write segment
         Py_ssize_t allocated    # bytes backed by disk blocks: writes never go past it
+        Py_ssize_t prepared     # write segment: bytes from the start backed by written blocks
         readonly uint32_t msg_count
         readonly uint32_t ack_count
         bint writable
@@ -41,6 +42,7 @@ cdef class Segment:
         Py_ssize_t n_deleted
 
     cdef int map(self) except -1
+    cdef int prefill(self, Py_ssize_t upto) except -1
     cdef void unmap(self)
     cdef int add_pending(self, uint32_t pos) except -1
     cdef int flush_pending(self) except -1

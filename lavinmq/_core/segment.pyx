@@ -3,7 +3,7 @@ import logging
 import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, realloc, free, qsort
+from libc.stdlib cimport malloc, calloc, realloc, free, qsort
 from libc.string cimport memcpy, memset, memmove
 from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED
 from posix.unistd cimport close as c_close, ftruncate, write as c_write, pwrite
@@ -17,6 +17,12 @@ from lavinmq._core.props cimport record_body_len
 from lavinmq import commit as commits
 
 log = logging.getLogger("lavinmq.store")
+
+
+cdef enum:
+    PREFILL_CHUNK = 256 * 1024
+
+cdef char *ZEROS = <char *>calloc(PREFILL_CHUNK, 1)
 
 
 class CorruptSegment(OSError):
@@ -222,6 +228,44 @@ cdef class Segment:
             return -1
         self.base = <char *>m
         self.mapped_len = length
+        return 0
+
+    cdef int prefill(self, Py_ssize_t upto) except -1:
+        """Write zeros (with pwrite) over the next stretch of the sparse
+        file before records are copied into the map there. On ext4 a write
+        *fault* on a hole costs a journalled inode update; with one queue
+        they are rare, but with 1,000 queues written in turn nearly every
+        fault pays it (~0.2 ms each here: 40 us per message). pwrite
+        allocates a whole stretch in one call. Best effort: if it fails, the
+        faults do the work as before."""
+        # ahead by as much as is written already (16 KiB to 256 KiB): a queue
+        # that gets few messages does not pay for zeros it will not use
+        cdef Py_ssize_t ahead = upto if upto < PREFILL_CHUNK else PREFILL_CHUNK
+        cdef Py_ssize_t end, pos, chunk, done
+        cdef int fd
+        if ahead < 16384:
+            ahead = 16384
+        end = upto + ahead
+        end -= end % 4096
+        if end > self.capacity:
+            end = self.capacity
+        pos = self.prepared
+        if end <= pos:
+            return 0
+        fd = c_open(self.path.encode(), O_WRONLY)
+        if fd < 0:
+            self.prepared = self.capacity
+            return 0
+        while pos < end:
+            chunk = end - pos if end - pos < PREFILL_CHUNK else PREFILL_CHUNK
+            done = pwrite(fd, ZEROS, chunk, pos)
+            if done <= 0:
+                break
+            pos += done
+        c_close(fd)
+        self.prepared = pos if pos < end else end
+        if self.prepared < upto:
+            self.prepared = self.capacity      # could not write: leave it to the faults
         return 0
 
     cdef void unmap(self):
@@ -442,6 +486,7 @@ cdef class MessageStore:
             file_len = SEGMENT_HEADER
         limit = file_len if verified_end < 0 else min(verified_end, file_len)
         s.size = file_len
+        s.prepared = file_len
         s.capacity = max(file_len, self.segment_size) if last else file_len
         if last:
             s.fd = c_open(s.path.encode(), O_RDWR)
@@ -573,6 +618,7 @@ cdef class MessageStore:
         if pwrite(s.fd, hdr, 4, 0) != 4:
             PyErr_SetFromErrno(OSError)
             return -1
+        s.prepared = SEGMENT_HEADER
         s.map()
         # the mapping keeps the file: no fd per queue (10k queues, 10k fds otherwise)
         c_close(s.fd)
@@ -780,6 +826,8 @@ cdef class MessageStore:
             if self.allocate(s, s.size + n + 8) == APPEND_NO_SPACE:
                 self.log_disk_full(None)
                 return APPEND_NO_SPACE
+        if s.size + n + 8 > s.prepared:
+            s.prefill(s.size + n + 8)       # zeros ahead, in the page cache: cheap write faults
         if s.base is NULL:          # unmapped while the queue was idle
             try:
                 s.map()

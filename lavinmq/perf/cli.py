@@ -22,8 +22,28 @@ def add_throughput(sub):
     p.add_argument("-T", "--transaction-acks", type=int, default=0,
                    help="ack in transactions, committing every N acks (needs -a)")
     p.add_argument("-u", "--queue", default="perf-test", help="queue to publish to and consume from")
-    p.add_argument("-k", "--routing-key", default=None, help="routing key (default: the queue's name)")
+    p.add_argument("-k", "--routing-key", default=None,
+                   help="routing key (default: the queue name); with --routing-keys, {i} in it is the key number")
     p.add_argument("-e", "--exchange", default="", help="exchange to publish to ('' = the default exchange)")
+    p.add_argument("--routing-keys", metavar="N|PATTERN:N", default=None,
+                   help="publish round robin over N routing keys: PATTERN with {i} (e.g. dev.{i}.temp:10000), "
+                        "else -k with {i}, else -k.{i}")
+    p.add_argument("--queues", type=int, default=1,
+                   help="spread consumers over N queues (QUEUE-1 .. QUEUE-N); publishers cycle their routing "
+                        "key over the queue names unless --routing-keys is given")
+    p.add_argument("--queue-pattern", default=None, help="queue names, %% replaced by a number (LavinMQ)")
+    p.add_argument("--queue-pattern-from", type=int, default=1)
+    p.add_argument("--queue-pattern-to", type=int, default=1)
+    p.add_argument("--exchange-type", default=None,
+                   help="declare the -e exchange with this type (direct, topic, headers, x-consistent-hash...)")
+    p.add_argument("--exchange-args", default=None, help="JSON object: arguments of that exchange")
+    p.add_argument("--bindings", default=None,
+                   help='JSON list of {"key": ..., "args": {...}, "count": N} bound from each queue to -e; '
+                        '{i} counts 0..N-1, {queue} is the queue name (default: the routing key, or the queue '
+                        'name with --queues)')
+    p.add_argument("--properties", default=None,
+                   help="JSON object: message properties (headers...); {i} in string values follows the "
+                        "routing key number")
     p.add_argument("-r", "--rate", type=int, default=0, help="max publish rate per publisher")
     p.add_argument("-R", "--consumer-rate", type=int, default=0, help="max consume rate per consumer")
     p.add_argument("-p", "--persistent", action="store_true", help="delivery_mode 2")
@@ -77,6 +97,17 @@ def main(argv=None):
         parser.error("-V/--verify and -l/--measure-latency cannot be combined (latency stamps the body)")
     if opts.command == "throughput" and opts.transaction_acks and not opts.ack:
         parser.error("-T/--transaction-acks needs -a/--ack")
+    if opts.command == "throughput":
+        from lavinmq.perf import topology
+        try:
+            topology.queue_names(opts)
+            variants = len(topology.routing_keys(opts))
+            for q in topology.queue_names(opts)[:1]:
+                topology.bindings(opts, q)
+        except (topology.TopologyError, ValueError) as exc:
+            parser.error(str(exc))
+        if opts.measure_latency and (variants > 1 or (opts.properties and "{i}" in opts.properties)):
+            parser.error("-l/--measure-latency works with one routing key and fixed properties")
     import uvloop
     if opts.command == "throughput" and opts.processes > 1:
         from lavinmq.perf.throughput import run_processes

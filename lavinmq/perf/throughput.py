@@ -6,6 +6,7 @@ import time
 
 import orjson
 
+from lavinmq.perf import topology
 from lavinmq.perf.client import Client, ack_frame, publish_frames
 
 
@@ -26,13 +27,7 @@ class Stats:
 async def setup(opts):
     c = await Client.connect(opts.uri)
     await c.open_channel(1)
-    if opts.queue:
-        args = orjson.loads(opts.queue_args) if opts.queue_args else {}
-        # a named queue is durable, as LavinMQ's lavinmqperf declares it
-        await c.call(1, 50, 10, (0, opts.queue, False, True, False, False, False, args), (50, 11))
-        if opts.exchange:
-            await c.call(1, 50, 20, (0, opts.queue, opts.exchange, opts.routing_key or opts.queue,
-                                     False, {}), (50, 21))
+    await topology.declare(c, opts)
     await c.close()
 
 
@@ -47,8 +42,12 @@ async def publisher(opts, stats, deadline):
         await c.call(1, 90, 10, (), (90, 11))
     rk = opts.routing_key if opts.routing_key is not None else opts.queue
     body = message_body(opts.size)
-    msg = publish_frames(1, opts.exchange, rk, body, opts.persistent, c.frame_max)
+    variants = topology.message_variants(opts, body, 1, c.frame_max)
+    cycle = topology.MessageCycle(variants) if len(variants) > 1 else None
+    msg = variants[0]
     batch_n = max(1, min(1000, 262144 // len(msg)))
+    if cycle is not None:
+        batch_n = min(batch_n, cycle.count)
     progress = asyncio.Event()
     c.on_progress = progress.set
     started = time.monotonic()
@@ -77,7 +76,7 @@ async def publisher(opts, stats, deadline):
         if opts.measure_latency:
             now = time.monotonic_ns().to_bytes(8, "big")
             msg = publish_frames(1, opts.exchange, rk, now + body[8:], opts.persistent, c.frame_max)
-        c.transport.write(msg * n)
+        c.transport.write(cycle.take(n) if cycle is not None else msg * n)
         c.sent += n
         if opts.transaction and c.sent % opts.transaction == 0:
             await c.call(1, 90, 20, (), (90, 21))
@@ -88,7 +87,16 @@ async def publisher(opts, stats, deadline):
     return c
 
 
-async def consumer(opts, stats, deadline):
+def consumer_queues(opts, index, total):
+    """Consumer `index` of `total`: one queue each when there are enough
+    consumers, else every total-th queue, so that every queue is consumed."""
+    names = topology.queue_names(opts)
+    if total >= len(names):
+        return [names[index % len(names)]]
+    return names[index::total]
+
+
+async def consumer(opts, stats, deadline, index=0):
     c = await Client.connect(opts.uri)
     stats.clients_con.append(c)
     await c.open_channel(1)
@@ -123,11 +131,13 @@ async def consumer(opts, stats, deadline):
     started = time.monotonic()
     c.on_progress = on_progress
     if opts.poll:
+        total = getattr(opts, "total_consumers", None) or opts.consumers
+        poll_queue = consumer_queues(opts, index, total)[0]
         while time.monotonic() < deadline and not c.closed.done():
             if opts.cmessages and sc.deliveries >= opts.cmessages:
                 break
             reply = c.wait(1, (60, 71), (60, 72))
-            c.send(1, 60, 70, (0, opts.queue, not ack_every))
+            c.send(1, 60, 70, (0, poll_queue, not ack_every))
             try:
                 await reply
             except asyncio.InvalidStateError:
@@ -137,7 +147,9 @@ async def consumer(opts, stats, deadline):
                 state["acked"] = sc.deliveries
         return c
     args = orjson.loads(opts.consumer_args) if opts.consumer_args else {}
-    await c.call(1, 60, 20, (0, opts.queue, "", False, not ack_every, False, False, args), (60, 21))
+    total = getattr(opts, "total_consumers", None) or opts.consumers
+    for q in consumer_queues(opts, index, total):
+        await c.call(1, 60, 20, (0, q, "", False, not ack_every, False, False, args), (60, 21))
     while time.monotonic() < deadline and not c.closed.done():
         if opts.cmessages and sc.deliveries >= opts.cmessages:
             break
@@ -161,7 +173,8 @@ async def run(opts, report=None):
     if report is None:
         await setup(opts)
     deadline = time.monotonic() + (opts.time or 1e9)
-    tasks = [asyncio.ensure_future(consumer(opts, stats, deadline)) for _ in range(opts.consumers)]
+    ids = getattr(opts, "consumer_ids", None) or range(opts.consumers)
+    tasks = [asyncio.ensure_future(consumer(opts, stats, deadline, i)) for i in ids]
     await asyncio.sleep(0.1 if opts.consumers else 0)
     tasks += [asyncio.ensure_future(publisher(opts, stats, deadline)) for _ in range(opts.publishers)]
     start = time.monotonic()
@@ -267,6 +280,10 @@ def run_processes(opts):
         mine = roles[i::opts.processes]
         sub.publishers = mine.count("publishers")
         sub.consumers = mine.count("consumers")
+        # global consumer numbers, so that --queues spreads them as one process would
+        sub.total_consumers = opts.consumers
+        sub.consumer_ids = [roles[:k].count("consumers") for k in range(i, len(roles), opts.processes)
+                            if roles[k] == "consumers"]
         if not sub.publishers and not sub.consumers:
             continue
         parent_end, child_end = ctx.Pipe()

@@ -35,6 +35,8 @@ class FakeServer:
         self.connections = set()
         self.syncer = None      # no event loop here: confirms go out at once
         self.disk_alarm = False
+        self.memory_alarm = False
+        self.alarm_reason = None
 
 
 def feed(conn, data, chunk=None):
