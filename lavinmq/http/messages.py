@@ -57,7 +57,7 @@ async def publish(request):
     if ex is None:
         raise not_found()
     user = request["user"]
-    if not user.can_write(vhost.name, ex.name):
+    if not user.can_write(vhost.name, ex.name or "amq.default"):     # as over AMQP
         raise HTTPError(403, f"write access to exchange '{ex.name}' refused for user '{user.name}'")
     if ex.internal:
         raise HTTPError(403, f"cannot publish to internal exchange '{ex.name}' in vhost '{vhost.name}'")

@@ -12,8 +12,9 @@ from tests.security.conftest import add_user, call
 @pytest.fixture
 def tenants(make_broker):
     b = make_broker()
-    # write also on the default exchange (""), to publish to her queues
-    add_user(b, "alice", "pw", "management", perms=("^alice\\.", "^(alice\\..*)?$", "^alice\\."))
+    # write also on the default exchange, to publish to her queues: as in
+    # RabbitMQ, its permission is checked under the name amq.default
+    add_user(b, "alice", "pw", "management", perms=("^alice\\.", "^(alice\\..*|amq\\.default)$", "^alice\\."))
     add_user(b, "mon", "pw", "monitoring", perms=None)
     return b
 
