@@ -27,6 +27,20 @@ PREDECLARED = (
 )
 
 
+def delayed_form(arguments):
+    """x-delayed-message as LavinMQ keeps it: the x-delayed-type is the
+    exchange's type, and x-delayed-exchange: true says it delays."""
+    arguments = dict(arguments or {})
+    delayed_type = arguments.pop("x-delayed-type", None)
+    if isinstance(delayed_type, bytes):
+        delayed_type = delayed_type.decode("utf-8", "replace")
+    if not isinstance(delayed_type, str) or delayed_type == "x-delayed-message":
+        raise PreconditionFailed("x-delayed-message exchanges need an x-delayed-type argument "
+                                 "(direct, fanout, topic, headers ...)", 40, 10)
+    arguments["x-delayed-exchange"] = True
+    return delayed_type, arguments
+
+
 def sha1(name):
     return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -188,6 +202,8 @@ class VHost:
         ex = self.exchanges.get(name)
         if name == "":
             raise AccessRefused("operation not permitted on the default exchange", 40, 10)
+        if type_name == "x-delayed-message" and not passive:
+            type_name, arguments = delayed_form(arguments)
         if passive:
             if ex is None:
                 raise NotFound(f"no exchange '{name}' in vhost '{self.name}'", 40, 10)
@@ -205,14 +221,31 @@ class VHost:
         if persist:     # replay takes back what an older version accepted
             argspec.validate_exchange(arguments)
         ex = exchange_class(type_name)(self, name, durable, auto_delete, internal, arguments)
+        if (arguments or {}).get("x-message-deduplication") is True:
+            from lavinmq.queue.classic import make_deduper
+            ex.dedup = make_deduper(arguments)
         # on disk before it is live: a declare-ok never outruns its definition
         if durable and persist:
             self._persist(defs.EXCHANGE_DECLARE, (0, name, type_name, False, True, auto_delete,
                                                   internal, False, arguments or {}))
         self.exchanges[name] = ex
+        if (arguments or {}).get("x-delayed-exchange") is True:
+            self._attach_delay_queue(ex)
         self.routing_version.bump()
         self._apply_exchange_policy(ex)
         return ex
+
+    def _attach_delay_queue(self, ex):
+        """x-delayed-message: the exchange's delayed messages wait in a
+        store of their own (kept across restarts when the exchange is durable)."""
+        from lavinmq.queue.delayed import DelayedMessages
+        qname = "amq.delayed." + ex.name
+        store_dir = os.path.join(self.dir if ex.durable else self.transient_dir, sha1(qname))
+        store = MessageStore(store_dir, self.segment_size, f"'{qname}' in vhost '{self.name}'",
+                             self.syncer if ex.durable else None)
+        dq = DelayedMessages(self, ex, store)
+        ex.delay_queue = dq
+        self.queues[qname] = dq
 
     def delete_exchange(self, name, if_unused=False, persist=True):
         ex = self.exchanges.get(name)
@@ -227,6 +260,14 @@ class VHost:
         del self.exchanges[name]
         ex.deleted = True
         ex.clear_bindings()
+        dq = ex.delay_queue
+        if dq is not None:
+            ex.delay_queue = None
+            dq.stop()
+            dq.closed = True
+            if self.queues.get(dq.name) is dq:
+                del self.queues[dq.name]
+            dq.store.destroy()
         self.routing_version.bump()
         # sources that lose their last binding may be auto-delete exchanges
         # themselves: deleting them changes self.exchanges, so walk a snapshot
@@ -352,6 +393,8 @@ class VHost:
         q = self.queues.get(name)
         if q is None:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'", class_id, method_id)
+        if getattr(q, "internal", False):
+            raise AccessRefused(f"queue '{name}' in vhost '{self.name}' is internal", class_id, method_id)
         self.check_exclusive(q, connection, class_id, method_id)
         return q
 
@@ -360,6 +403,9 @@ class VHost:
         q = self.queues.get(name)
         if q is None:
             return 0
+        if getattr(q, "internal", False):
+            raise AccessRefused(f"queue '{name}' in vhost '{self.name}' is internal: it goes with its "
+                                f"exchange", 50, 40)
         if if_unused and q.consumers:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use", 50, 40)
         if if_empty and q.message_count:

@@ -8,6 +8,8 @@ from lavinmq._core.buffer cimport (
     WriteBuffer, Reader, read_u8, read_u16, read_shortstr, be16, be32, be64, put_le64, le16, put_le16,
 )
 from lavinmq._core.codec cimport props_convert
+from lavinmq._core.dedup cimport Deduper
+from lavinmq._core.delayed cimport delay_of
 from lavinmq._core.props cimport prop_offset, prop_offset_insert, parse_expiration, P_EXPIRATION, P_REPLY_TO, P_TIMESTAMP
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
@@ -389,6 +391,10 @@ cdef class Channel:
         cdef Py_ssize_t props_off = 10 + exlen + rklen
         if props_len < 0:       # a record held by a transaction
             props_len = props_convert(rec + props_off, n - props_off, NULL, True)
+        if ex.dedup is not None and (<Deduper>ex.dedup).seen(rec):
+            return 0            # a duplicate: dropped, and still confirmed
+        if ex.delay_queue is not None and delay_of(rec) > 0:
+            return (<Queue>ex.delay_queue).publish(rec, n)      # routed when its time comes
         cdef RouteOut out = acquire_route_out()
         try:
             ex.route(out, rk, rklen, rec + props_off, props_len)

@@ -171,6 +171,10 @@ cdef class Matcher:
 
 cdef class Exchange:
     cdef:
+        # per-message extensions, None on an exchange that has none: a
+        # plain exchange pays two pointer tests per message (channel.pyx)
+        public object dedup             # _core.dedup.Deduper (x-message-deduplication)
+        public object delay_queue       # _core.delayed.DelayQueue (x-delayed-message)
         public str name
         public bytes name_bytes
         public object vhost
