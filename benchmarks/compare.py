@@ -49,6 +49,18 @@ SCENARIOS = {
     "consistent-hash to 4 queues": (["-y", "0", "--routing-keys", "order-{i}:10000"], ["-x", "0"], "consume",
                                     ["-e", "{exchange}", "--exchange-type", "x-consistent-hash", "--queues", "4",
                                      "--bindings", '[{"key": "1"}]']),
+    # issues 11 and 12: queue semantics and LavinMQ's extensions ({queue} is the run's queue name)
+    "TTL 1 ms + dead-lettering to a consumed queue": (
+        ["-y", "0", "--queue-args", '{"x-message-ttl": 1, "x-dead-letter-exchange": "", '
+                                    '"x-dead-letter-routing-key": "{queue}-dlq"}'],
+        ["-x", "0", "-u", "{queue}-dlq"], "consume", []),
+    "priority queue (x-max-priority 10) 1p1c": (["-y", "0", "--properties", '{"priority": 5}'], ["-x", "0"],
+                                                "consume", ["--queue-args", '{"x-max-priority": 10}']),
+    "publish at x-max-length 1000 (drop-head)": (["-y", "0"], None, "publish",
+                                                 ["--queue-args", '{"x-max-length": 1000}']),
+    "delayed exchange, x-delay 1 ms": (["-y", "0", "--properties", '{"headers": {"x-delay": 1}}'], ["-x", "0"],
+                                       "consume", ["-e", "{exchange}", "--exchange-type", "x-delayed-message",
+                                                   "--exchange-args", '{"x-delayed-type": "direct"}']),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
 
@@ -88,18 +100,22 @@ def run_scenario(uri, name, seconds):
     pub, con, which, common = SCENARIOS[name]
     run_id = uuid.uuid4().hex[:8]
     queue, exchange = "cmp-" + run_id, "cmpx-" + run_id
-    common = [a.replace("{exchange}", exchange) for a in common]
+    common = [a.replace("{exchange}", exchange).replace("{queue}", queue) for a in common]
+    if pub not in (None, "prefill"):
+        pub = [a.replace("{queue}", queue) for a in pub]
+    if con is not None:
+        con = [a.replace("{queue}", queue) for a in con]
     base = ["-u", queue, *common]
     try:
         if pub == "prefill":
             # fill for the same time, then measure draining it
             result(perf(uri, ["-y", "0", *base], seconds))
-            return result(perf(uri, [*con, *base], seconds))["avg_consume_rate"]
+            return result(perf(uri, [*base, *con], seconds))["avg_consume_rate"]
         procs = []
         if con is not None:
-            procs.append(("consume", perf(uri, [*con, *base], seconds + 1)))
+            procs.append(("consume", perf(uri, [*base, *con], seconds + 1)))     # con may name its own queue
             time.sleep(1.0 if "--queues" in common or "--bindings" in common else 0.5)
-        procs.append(("publish", perf(uri, [*pub, *base], seconds)))
+        procs.append(("publish", perf(uri, [*base, *pub], seconds)))
         rates = {}
         for kind, p in procs:
             r = result(p)
@@ -109,7 +125,7 @@ def run_scenario(uri, name, seconds):
         return rates[which]
     finally:
         try:
-            cleanup(uri, _queues(common, queue), [exchange] if "-e" in common else [])
+            cleanup(uri, _queues(common, queue) + [queue + "-dlq"], [exchange] if "-e" in common else [])
         except Exception as exc:        # the broker may refuse what it never declared
             print(f"  cleanup: {exc}", file=sys.stderr)
 

@@ -433,7 +433,7 @@ cdef class Channel:
                 rc = q.publish(rec, n)
                 if rc:
                     refused |= rc
-                elif q.consumers and q.store.ready > FLOW_BACKLOG:
+                elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:
                     self.state.throttle = True
         return refused
 

@@ -17,6 +17,7 @@ cdef enum:
     PUBLISH_REJECTED = 2        # x-overflow reject-publish(-dlx) at the limit
     # expiry checks run at most this often per queue (ms)
     EXPIRY_MIN_INTERVAL = 10
+    EXPIRY_BUDGET = 16384       # messages one expiry pass drops before yielding to the loop
 
 
 cdef class CountMap:
@@ -84,6 +85,7 @@ cdef class Queue:
         uint64_t dlx_ver
         public RoutingVersion routing_version
         public uint64_t expiry_at           # ms of the armed head check, 0: none
+        public bint expiry_behind           # expired messages wait: publishers into it are slowed
         public object expiry_timer
         # consumers and delivery
         public bint paused                  # delivers nothing (LavinMQ's pause)

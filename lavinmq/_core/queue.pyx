@@ -293,9 +293,15 @@ cdef class Queue:
         cdef bint redelivered
         cdef const char *rec
         cdef int dropped = 0
+        self.expiry_behind = False
         while True:
             rec = self.store.peek(&sp)
             if rec is NULL or not self.is_expired(rec, now, zero_expires):
+                break
+            if dropped == EXPIRY_BUDGET:
+                # more are due: the loop serves others first, and publishers
+                # into this queue are slowed until expiry catches up
+                self.expiry_behind = True
                 break
             rec = self.store.shift(&sp2, &redelivered)
             self.drop(rec, sp2, DL_EXPIRED)
@@ -341,7 +347,11 @@ cdef class Queue:
             return
         try:
             self.expire_head(now, self.next_consumer() is None)
-            self.arm_expiry(now)
+            if self.expiry_behind:
+                self.set_expiry_timer(0)        # the rest on the next loop turn
+                self.expiry_at = now
+            else:
+                self.arm_expiry(now)
         except Exception:
             log.exception("expiring messages failed on queue %s", self.name)
 
@@ -520,6 +530,8 @@ cdef class Queue:
         elif expiring and self.store.ready:
             # no consumer can take more: what had TTL 0 expires now
             self.expire_head(now, True)
+            if self.expiry_behind and self.expiry_timer is None:
+                self.set_expiry_timer(0)
         elif self.msg_ttl and not self.store.ready and not self.unacked_count:
             # nothing left that could carry its own expiration
             self.msg_ttl = False
