@@ -14,6 +14,7 @@ from lavinmq.args import check_equivalent
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class
 from lavinmq.queue import Queue
+from lavinmq.queue import stream
 
 log = logging.getLogger("lavinmq.vhost")
 
@@ -209,10 +210,14 @@ class VHost:
                                      f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
         store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
-        store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
-        if not transient:
-            store.syncer = self.syncer
-        q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+        if stream.is_stream(arguments):
+            stream.check_declare(durable, exclusive_owner is not None, auto_delete, arguments)
+            q = stream.open_stream(self, name, store_dir, arguments)
+        else:
+            store = MessageStore(store_dir, self.segment_size, f"'{name}' in vhost '{self.name}'")
+            if not transient:
+                store.syncer = self.syncer
+            q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.routing_version.bump()
         if durable and not transient and persist:

@@ -36,6 +36,9 @@ cdef class Queue:
         public uint64_t get_count
         public uint64_t ack_count
         public uint64_t redeliver_count
+        # streams: an ack or reject goes to the consumer that got the
+        # message (its own cursor), not to the shared store
+        readonly bint per_consumer_acks
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef ConsumerBase next_consumer(self)
@@ -44,6 +47,7 @@ cdef class Queue:
     cdef int ack(self, SP sp) except -1
     cdef int reject(self, SP sp, bint requeue) except -1
     cdef int schedule(self) except -1
+    cdef int consumer_settled(self, ConsumerBase c, SP sp, bint acked, bint requeue) except -1
 
 
 cdef int schedule_queue(Queue q) except -1

@@ -162,6 +162,10 @@ cdef class Queue:
         schedule_queue(self)
         return 0
 
+    cdef int consumer_settled(self, ConsumerBase c, SP sp, bint acked, bint requeue) except -1:
+        """Queues with per_consumer_acks (streams) implement this."""
+        raise NotImplementedError
+
     def on_dropped(self):
         """A message was rejected without requeue (dead-lettering hooks in here)."""
 

@@ -175,10 +175,13 @@ class AMQPChannel(CoreChannel):
             raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
         if any(c.exclusive for c in q.consumers):
             raise AccessRefused(f"queue '{queue}' in vhost '{self.vhost.name}' in exclusive use", 60, 20)
-        priority = (arguments or {}).get("x-priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise PreconditionFailed("x-priority must be an integer", 60, 20)
-        c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
+        if getattr(q, "is_stream", False):
+            c = q.new_consumer(self, tag, no_ack, exclusive, arguments)
+        else:
+            priority = (arguments or {}).get("x-priority", 0)
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise PreconditionFailed("x-priority must be an integer", 60, 20)
+            c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
         self.consumers[tag] = c
         if not nowait:
@@ -214,6 +217,9 @@ class AMQPChannel(CoreChannel):
         self.can_read(queue, "queue", 60, 70)
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
         self._check_open(q, 60, 70)
+        if getattr(q, "is_stream", False):
+            raise PreconditionFailed(f"queue '{queue}' in vhost '{self.vhost.name}' is a stream: "
+                                     f"basic.get is not supported, consume it instead", 60, 70)
         CoreChannel.basic_get(self, q, no_ack)
 
     def _check_open(self, q, class_id, method_id):

@@ -360,6 +360,8 @@ def save_policies(vhost):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, _policy_file(vhost))
+    from lavinmq.queue.stream import apply_policies
+    apply_policies(vhost)
 
 
 async def list_policies(request):

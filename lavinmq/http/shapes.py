@@ -72,6 +72,11 @@ def queue(q, details=False):
     r = rates_for(id(q)) or {}
     for key in ("messages", "messages_ready", "messages_unacknowledged"):
         out[key + "_details"] = rate(r.get(key))
+    stream_details = getattr(q, "stream_details", None)
+    if stream_details is not None:
+        out["stream"] = stream_details()
+        out["type"] = "stream"
+        out["message_bytes"] = out["stream"]["message_bytes"]
     if details:
         out["consumer_details"] = [consumer(c) for c in q.consumers]
     return out
@@ -79,10 +84,14 @@ def queue(q, details=False):
 
 def consumer(c):
     ch = c.channel
-    return {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
-            "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
-            "arguments": c.arguments or {}, "active": True, "activity_status": "up",
-            "channel_details": channel_ref(ch)}
+    out = {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
+           "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
+           "arguments": c.arguments or {}, "active": True, "activity_status": "up",
+           "channel_details": channel_ref(ch)}
+    if getattr(c.queue, "is_stream", False):
+        from lavinmq.queue.stream import consumer_details
+        out["stream"] = consumer_details(c)
+    return out
 
 
 def channel_ref(ch):
@@ -105,7 +114,7 @@ def properties_key(routing_key, arguments):
 
 def binding(vhost_, b):
     dest = b.destination
-    from lavinmq.queue import Queue
+    from lavinmq._core.queue import Queue
     return {"source": b.source.name, "vhost": vhost_.name, "destination": dest.name,
             "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
             "routing_key": b.routing_key, "arguments": b.arguments,
@@ -159,7 +168,7 @@ def _jsonable(value):
 
 
 def definitions(server, only=None):
-    from lavinmq.queue import Queue
+    from lavinmq._core.queue import Queue
     import lavinmq
     vhosts = [v for n, v in server.vhosts.items() if only is None or n == only]
     out = {"lavinmq_version": lavinmq.__version__, "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",
