@@ -21,6 +21,11 @@ extensions = [
         define_macros=[("LAVINMQ_DEBUG", "1")] if DEBUG else [],
     )
     for name in MODULES
+] + [
+    # the Spark connector's decoders: its own extensions, not the broker's
+    Extension(f"lavinmq.spark.{name}", [f"lavinmq/spark/{name}.pyx"],
+              extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
+    for name in ["_columns", "_publish"] if os.path.exists(f"lavinmq/spark/{name}.pyx")
 ]
 
 setup(

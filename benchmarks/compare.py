@@ -16,13 +16,23 @@ import sys
 import time
 import uuid
 
-# name -> (publisher args or None, consumer args or None, the rate that counts)
+STREAM = ["--queue-args", '{"x-queue-type":"stream"}']
+
+# name -> (publisher args or None, consumer args or None, the rate that counts,
+#          args for every lavinmqperf of the scenario)
 SCENARIOS = {
-    "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume"),
-    "publish only": (["-y", "0"], None, "publish"),
-    "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume"),
-    "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume"),
-    "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume"),
+    "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume", []),
+    "publish only": (["-y", "0"], None, "publish", []),
+    "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume", []),
+    "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume", []),
+    "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume", []),
+    # streams: publishing into one, and three consumers (one process each)
+    # reading the same pre-filled stream from its first offset; the rate is
+    # their aggregate
+    "stream publish only": (["-y", "0"], None, "publish", STREAM),
+    "stream 3 con from first (pre-filled)": (
+        "prefill", ["-x", "0", "-y", "3", "--processes", "3", "-a", "100", "-P", "1000",
+                    "--consumer-args", '{"x-stream-offset":"first"}'], "consume", STREAM),
 }
 
 
@@ -38,9 +48,33 @@ def result(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def delete_queue(uri, name):
+    """Streams keep what was published: drop each scenario's queue after it."""
+    import asyncio
+    from lavinmq.perf.client import Client
+
+    async def run():
+        c = await Client.connect(uri)
+        await c.open_channel(1)
+        await c.call(1, 50, 40, (0, name, False, False, False), (50, 41))
+        await c.close()
+    try:
+        asyncio.run(run())
+    except Exception as exc:
+        print(f"could not delete {name}: {exc}", file=sys.stderr)
+
+
 def run_scenario(uri, name, seconds):
-    pub, con, which = SCENARIOS[name]
-    queue = ["-u", "cmp-" + uuid.uuid4().hex[:8]]
+    qname = "cmp-" + uuid.uuid4().hex[:8]
+    try:
+        return _run_scenario(uri, name, qname, seconds)
+    finally:
+        delete_queue(uri, qname)
+
+
+def _run_scenario(uri, name, qname, seconds):
+    pub, con, which, extra = SCENARIOS[name]
+    queue = ["-u", qname, *extra]
     if pub == "prefill":
         # fill for the same time, then measure draining it
         result(perf(uri, ["-y", "0", *queue], seconds))

@@ -49,6 +49,7 @@ cdef class StreamConsumer(Consumer):
         public uint64_t committed   # where a reconnect resumes (0: nothing stored)
         bint offset_dirty
         public uint64_t last_delivered
+        public bint with_timestamp  # x-stream-timestamp: true, the store time as a header too
 
     cdef int push_inflight(self, SP sp, uint64_t offset) except -1
     cdef Py_ssize_t find_inflight(self, SP sp)
@@ -69,4 +70,4 @@ cdef class StreamQueue(Queue):
 
 
 cdef int write_stream_content(WriteBuffer wb, uint16_t channel, const char *rec, uint32_t frame_max,
-                              uint64_t offset) except -1
+                              uint64_t offset, bint with_ts) except -1

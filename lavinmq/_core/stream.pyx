@@ -7,7 +7,7 @@ from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memmove
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from lavinmq._core.buffer cimport WriteBuffer, be32, le16, le32, put_be16, put_be32, put_be64
+from lavinmq._core.buffer cimport WriteBuffer, be32, le16, le32, le64, put_be16, put_be32, put_be64
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.segment cimport Segment, SP, SEGMENT_HEADER, record_len, record_parts
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue
@@ -32,18 +32,29 @@ cdef bytes FILTER_VALUE_KEY = b"x-stream-filter-value"
 cdef Py_ssize_t OFFSET_ENTRY = 1 + 15 + 1 + 8
 
 
-cdef inline int write_offset_entry(char *p, uint64_t offset) noexcept nogil:
+cdef Py_ssize_t TIMESTAMP_ENTRY = 1 + 18 + 1 + 8
+
+
+cdef inline Py_ssize_t write_offset_entry(char *p, uint64_t offset, const char *rec, bint with_ts) noexcept nogil:
     p[0] = 15
     memcpy(p + 1, b"x-stream-offset", 15)
     p[16] = b"l"
     put_be64(p + 17, offset)
-    return 0
+    if not with_ts:
+        return OFFSET_ENTRY
+    # the time the broker stored the message (ms), for consumers that ask
+    p += OFFSET_ENTRY
+    p[0] = 18
+    memcpy(p + 1, b"x-stream-timestamp", 18)
+    p[19] = b"l"
+    put_be64(p + 20, le64(rec))
+    return OFFSET_ENTRY + TIMESTAMP_ENTRY
 
 
 cdef int write_stream_content(WriteBuffer wb, uint16_t channel, const char *rec, uint32_t frame_max,
-                              uint64_t offset) except -1:
+                              uint64_t offset, bint with_ts) except -1:
     """Content header and body frames of a record, with x-stream-offset
-    added to (or as) its headers table."""
+    (and x-stream-timestamp) added to (or as) its headers table."""
     cdef const char *ex
     cdef const char *rk
     cdef const char *props
@@ -54,12 +65,13 @@ cdef int write_stream_content(WriteBuffer wb, uint16_t channel, const char *rec,
     cdef char *start
     cdef uint16_t flags
     cdef uint32_t tlen
+    cdef Py_ssize_t entries = OFFSET_ENTRY + (TIMESTAMP_ENTRY if with_ts else 0)
     record_parts(rec, &ex, &exlen, &rk, &rklen, &props, &propslen, &body, &bodylen)
     wb.start_frame(spec.FRAME_HEADER, channel)
     wb.write_u16(spec.CLASS_BASIC)
     wb.write_u16(0)
     wb.write_u64(bodylen)
-    wb.reserve(propslen + 4 + OFFSET_ENTRY)
+    wb.reserve(propslen + 4 + entries)
     start = wb.buf + wb.len
     props_convert(props, propslen, start, True)     # now in wire order
     flags = (<uint8_t>start[0] << 8) | <uint8_t>start[1]
@@ -73,16 +85,16 @@ cdef int write_stream_content(WriteBuffer wb, uint16_t channel, const char *rec,
         # decode into a map keep the last value of a repeated key
         tlen = be32(start + hp)
         ins = hp + 4 + tlen
-        memmove(start + ins + OFFSET_ENTRY, start + ins, propslen - ins)
-        write_offset_entry(start + ins, offset)
-        put_be32(start + hp, tlen + OFFSET_ENTRY)
-        wb.len += propslen + OFFSET_ENTRY
+        memmove(start + ins + entries, start + ins, propslen - ins)
+        write_offset_entry(start + ins, offset, rec, with_ts)
+        put_be32(start + hp, tlen + entries)
+        wb.len += propslen + entries
     else:
         put_be16(start, flags | P_HEADERS)
-        memmove(start + hp + 4 + OFFSET_ENTRY, start + hp, propslen - hp)
-        put_be32(start + hp, OFFSET_ENTRY)
-        write_offset_entry(start + hp + 4, offset)
-        wb.len += propslen + 4 + OFFSET_ENTRY
+        memmove(start + hp + 4 + entries, start + hp, propslen - hp)
+        put_be32(start + hp, entries)
+        write_offset_entry(start + hp + 4, offset, rec, with_ts)
+        wb.len += propslen + 4 + entries
     wb.end_frame()
     while off < bodylen:
         chunk = bodylen - off
@@ -397,7 +409,7 @@ cdef class StreamConsumer(Consumer):
         wb.write_shortstr(rec + 9, exlen)
         wb.write_shortstr(rec + 10 + exlen, <uint8_t>rec[9 + exlen])
         wb.end_frame()
-        write_stream_content(wb, ch.id, rec, st.frame_max, offset)
+        write_stream_content(wb, ch.id, rec, st.frame_max, offset, self.with_timestamp)
         st.mark_dirty()
         if wb.len >= FLUSH_AT:
             st.conn.flush()
@@ -643,14 +655,14 @@ def bench_stream_content(bytes rec, int n, uint32_t frame_max=131072):
     cdef WriteBuffer wb = WriteBuffer()
     cdef int i
     for i in range(n):
-        write_stream_content(wb, 1, rec, frame_max, i)
+        write_stream_content(wb, 1, rec, frame_max, i, False)
         if wb.len > 1 << 20:
             wb.clear()
     return wb.len
 
 
-def py_stream_content(bytes rec, uint64_t offset, uint32_t frame_max=131072):
+def py_stream_content(bytes rec, uint64_t offset, uint32_t frame_max=131072, bint with_ts=False):
     """Tests: the frames a delivery of rec at offset carries after its method frame."""
     cdef WriteBuffer wb = WriteBuffer()
-    write_stream_content(wb, 1, rec, frame_max, offset)
+    write_stream_content(wb, 1, rec, frame_max, offset, with_ts)
     return wb.getvalue()

@@ -207,8 +207,12 @@ class StreamQueue(CoreStreamQueue):
         stored = self.store.tracked.get(tag) if track else None
         if stored is not None:
             position = self.store.locate(max(stored, 0))
+        with_ts = arguments.get("x-stream-timestamp", False)
+        if not isinstance(with_ts, bool):
+            raise PreconditionFailed("x-stream-timestamp must be a boolean", 60, 20)
         c = StreamConsumer(channel, tag, self, False, False, 0, arguments)
         c.seek(*position)
+        c.with_timestamp = with_ts
         c.track_offset = track
         if stored is not None:
             c.committed = stored

@@ -157,6 +157,11 @@ def test_delivery_header_gets_offset():
     r = record(b"x", props={"content_encoding": "gzip", "headers": {}, "type": "t"})
     props = decode_header_frame(py_stream_content(r, 1))
     assert (props.content_encoding, props.message_type, props.headers) == ("gzip", "t", {"x-stream-offset": 1})
+    # consumers that ask get the time the broker stored the message too
+    props = decode_header_frame(py_stream_content(record(b"x", ts=1_700_000_000_123), 9, with_ts=True))
+    assert props.headers == {"x-stream-offset": 9, "x-stream-timestamp": 1_700_000_000_123}
+    props = decode_header_frame(py_stream_content(with_headers, 9, with_ts=True))
+    assert props.headers == {"a": "b", "n": 1, "x-stream-offset": 9, "x-stream-timestamp": 1_700_000_000_000}
 
 
 def test_timestamp_argument_round_trips():
