@@ -102,6 +102,7 @@ def spark_session(app="lavinmq-pipeline"):
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.extraJavaOptions", "-Xss4m")      # deep plans of streaming queries
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from lavinmq.spark import register
@@ -148,8 +149,11 @@ def input_rows(query):
     return sum(p.get("numInputRows", 0) for p in query.recentProgress)
 
 
-def run(opts):
+def run(opts, spark=None):
+    """-> 0 when every aggregate arrived and matches. spark: a session to
+    use (and leave running); by default one is started and stopped."""
     started = time.monotonic()
+    own_session = spark is None
     if os.path.exists(opts.out):
         shutil.rmtree(opts.out)
     os.makedirs(opts.out)
@@ -157,7 +161,8 @@ def run(opts):
     from lavinmq.spark.offsets import StreamInfo
     start = StreamInfo(opts.uri, STREAM).next_offset() or 0
     log(f"stream '{STREAM}' continues at offset {start}; starting Spark (local[2])")
-    spark = spark_session()
+    if own_session:
+        spark = spark_session()
     to_broker, to_parquet = build_queries(spark, opts.uri, start, opts.out)
     gen = Generator(opts.uri, opts.events, opts.pages, opts.minutes, opts.rate)
     gen.start()
@@ -184,6 +189,7 @@ def run(opts):
                 + (f", {windows_written} in Parquet" if windows_written else "")
                 + (f" (of {expected_windows})" if expected_windows is not None else ""))
             if expected_windows is not None and windows_written >= expected_windows and received >= expected_windows:
+                log("every aggregate is in")
                 break
         else:
             raise TimeoutError(f"not every aggregate arrived in {opts.timeout} s")
@@ -206,11 +212,12 @@ def run(opts):
     print("  top pages:                                    " +
           ", ".join(f"{p} {n}" for p, n in top.most_common(5)))
     print(f"  took {time.monotonic() - started:.1f} s")
-    spark.stop()
+    if own_session:
+        spark.stop()
     return 0 if ok and received == len(rows) else 1
 
 
-def main(argv=None):
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lavinmq.spark.example", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--uri", default=os.environ.get("LAVINMQ_URI", "amqp://guest:guest@127.0.0.1:5672/%2F"))
@@ -220,7 +227,11 @@ def main(argv=None):
     ap.add_argument("--rate", type=int, default=5000, help="events per second (0: as fast as possible)")
     ap.add_argument("--out", default="pipeline-out", help="Parquet and checkpoints (replaced)")
     ap.add_argument("--timeout", type=float, default=600)
-    opts = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    opts = parse_args(argv)
     try:
         return run(opts)
     except ConnectionRefusedError:

@@ -9,7 +9,7 @@ sink. Options (all strings, as Spark passes them):
   endingOffsets         batch only: latest | <offset> (exclusive) | <ISO 8601 time>   (default latest)
   endingTimestamp       batch only: ms since 1970
   maxOffsetsPerTrigger  streaming: at most this many offsets per micro-batch
-  partitionSize         offsets per Spark partition (default 1000000)
+  partitionSize         offsets per Spark partition: one consumer each (default 250000)
   prefetch              consumer prefetch of each partition's reader (default 2000)
 
 The sink's options are in lavinmq.spark.sink."""
@@ -46,7 +46,7 @@ class Settings:
         self.queue = options.get("queue")
         if not self.queue:
             raise ValueError("option queue (the stream to read) is required")
-        self.partition_size = _int(options, "partitionSize", 1_000_000)
+        self.partition_size = _int(options, "partitionSize", 250_000)
         self.prefetch = min(_int(options, "prefetch", 2000), 65535)
         self.max_per_trigger = _int(options, "maxOffsetsPerTrigger", 0) if options.get("maxOffsetsPerTrigger") else 0
         self.options = options
