@@ -23,6 +23,7 @@ cdef class StreamStore(MessageStore):
         public uint64_t max_length_bytes
         public int64_t max_age_ms
         bint booted
+        list meta_to_sync                 # meta files for the next group commit
         # server-side offsets of named consumers (x-stream-automatic-offset-tracking)
         readonly dict tracked             # consumer tag -> offset to resume from
         object offsets_fd                 # os-level fd, None until the first save

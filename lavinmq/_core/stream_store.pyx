@@ -85,6 +85,14 @@ cdef class StreamStore(MessageStore):
             self.first_ts = {}
             self.last_ts = {}
             self.tracked = {}
+            self.meta_to_sync = []
+
+    def take_sync_paths(self):
+        paths, directory = MessageStore.take_sync_paths(self)
+        if self.meta_to_sync:
+            paths.extend(self.meta_to_sync)
+            self.meta_to_sync = []
+        return paths, directory
 
     # -- meta files ------------------------------------------------------------
 
@@ -97,6 +105,11 @@ cdef class StreamStore(MessageStore):
         with open(tmp, "wb") as f:
             f.write(META.pack(count, first, first_ts, last_ts))
         os.replace(tmp, path)
+        if self.syncer is not None:
+            # what keeps the offsets after a power cut: synced by the group
+            # commit with the segments (take_sync_paths), off the event loop
+            self.meta_to_sync.append(path)
+            self.sync_dir = True
 
     def _read_meta(self, uint32_t seg_id):
         try:

@@ -77,6 +77,7 @@ def queue(q, details=False):
         out["stream"] = stream_details()
         out["type"] = "stream"
         out["message_bytes"] = out["stream"]["message_bytes"]
+        out["messages"] = ready         # delivered messages stay in a stream: not counted twice
     if details:
         out["consumer_details"] = [consumer(c) for c in q.consumers]
     return out

@@ -152,13 +152,30 @@ class StreamQueue(CoreStreamQueue):
         def pick(arg, policy_key, parse=lambda v: v):
             values = [parse(v) for v in (self.arguments.get(arg), self.policy_limits.get(policy_key))
                       if v is not None]
-            values = [v for v in values if v is not None and v >= 0]
-            return min(values) if values else 0
-        self.store.max_length = pick("x-max-length", "max-length")
-        self.store.max_length_bytes = pick("x-max-length-bytes", "max-length-bytes")
-        self.store.max_age_ms = pick("x-max-age", "max-age", parse_interval) * 1000
+            values = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+            return min(values) if values else None
+        self.set_retention(pick("x-max-length", "max-length"), pick("x-max-length-bytes", "max-length-bytes"),
+                           pick("x-max-age", "max-age", parse_interval))
+
+    def set_retention(self, max_length=None, max_length_bytes=None, max_age_seconds=None):
+        """Retention in effect (None: no limit); whole segments beyond it go now."""
+        self.store.max_length = max_length or 0
+        self.store.max_length_bytes = max_length_bytes or 0
+        self.store.max_age_ms = (max_age_seconds or 0) * 1000
         if not self.closed:
             self.store.apply_retention(int(time.time() * 1000))
+
+    def apply_effective(self, policy, operator_policy, definition, settings):
+        """For a policy module that resolves arguments and policies itself:
+        settings maps policy keys (max-length, max-length-bytes, max-age) to
+        what applies. The other keys mean nothing to a stream."""
+        self.policy = policy.name if policy else None
+        self.operator_policy = operator_policy.name if operator_policy else None
+        self.effective_policy_definition = definition
+        self.settings = settings
+        age = settings.get("max-age")
+        self.set_retention(settings.get("max-length"), settings.get("max-length-bytes"),
+                           age if isinstance(age, int) else parse_interval(age))
 
     def apply_policy(self, definition):
         """A policy's max-length, max-length-bytes and max-age keys (the

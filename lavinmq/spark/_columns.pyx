@@ -554,6 +554,27 @@ cdef const char *headers_of(const char *p, Py_ssize_t n, bint le, Py_ssize_t *tl
     return p + pos + 4
 
 
+cdef bint int_value(char t, const char *v, int64_t *out) noexcept nogil:
+    """An integer field value (of any width; the broker sends 'l') into out."""
+    if t == b"b":
+        out[0] = <int8_t>v[0]
+    elif t == b"B":
+        out[0] = <uint8_t>v[0]
+    elif t == b"s":
+        out[0] = <int16_t>be16(v)
+    elif t == b"u":
+        out[0] = be16(v)
+    elif t == b"I":
+        out[0] = <int32_t>be32(v)
+    elif t == b"i":
+        out[0] = be32(v)
+    elif t == b"l" or t == b"L" or t == b"T":
+        out[0] = <int64_t>be64(v)
+    else:
+        return False
+    return True
+
+
 cdef int stream_headers(const char *t, Py_ssize_t tlen, int64_t *offset, int64_t *ts) except -1:
     """x-stream-offset and x-stream-timestamp of a delivery's headers table."""
     cdef Py_ssize_t pos = 0, kl, m
@@ -566,11 +587,10 @@ cdef int stream_headers(const char *t, Py_ssize_t tlen, int64_t *offset, int64_t
         m = value_size(ty, t + pos + 2 + kl, tlen - pos - 2 - kl)
         if m < 0:
             raise MalformedMessage("malformed headers table")
-        if ty == b"l" and m == 8:
-            if kl == 15 and memcmp(t + pos + 1, b"x-stream-offset", 15) == 0:
-                offset[0] = <int64_t>be64(t + pos + 2 + kl)
-            elif kl == 18 and memcmp(t + pos + 1, b"x-stream-timestamp", 18) == 0:
-                ts[0] = <int64_t>be64(t + pos + 2 + kl)
+        if kl == 15 and memcmp(t + pos + 1, b"x-stream-offset", 15) == 0:
+            int_value(ty, t + pos + 2 + kl, offset)
+        elif kl == 18 and memcmp(t + pos + 1, b"x-stream-timestamp", 18) == 0:
+            int_value(ty, t + pos + 2 + kl, ts)
         pos += 2 + kl + m
     return 0
 

@@ -111,14 +111,14 @@ def columns(batch, fixed_destination=False):
                           _var(entries.field(0)), _var(entries.field(1)))
     props = col("properties")
     if props is not None:
-        fields = {props.type.field(i).name: props.field(i) for i in range(props.type.num_fields)}
+        # flatten: each child with the struct's slice and nulls applied
+        fields = {props.type.field(i).name: child for i, child in enumerate(props.flatten())}
         unknown = set(fields) - set(PROPERTY_FIELDS)
         if unknown:
             raise ValueError(f"unknown properties {sorted(unknown)}: use {', '.join(PROPERTY_FIELDS)}")
         out["props"] = [_var(fields.get(n)) for n in STRING_PROPS]
         out["priority"] = _ints(fields.get("priority"))
         out["delivery_mode"] = _ints(fields.get("delivery_mode"))
-        out["props_valid"] = (props.buffers()[0], props.offset)
     return out
 
 

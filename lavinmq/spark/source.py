@@ -149,11 +149,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start=None, limit=None):
         from pyspark.sql.streaming.datasource import ReadMaxRows
         begin = start["offset"] if start else 0
-        info = self.settings.info()
-        first = info.first_offset()
-        if first is None:
-            return {"offset": begin}         # empty: nothing new
         with Connection(self.settings.uri) as c:
+            got = off.probe(c, self.settings.queue, "first")
+            if got is None:
+                return {"offset": begin}     # empty: nothing new
+            first = got[0]
+            # dense offsets: the next one is first + count (never more than
+            # the truth, even while retention or publishes run in between)
             end = first + c.declare_queue(self.settings.queue, passive=True)
         end = max(end, begin)
         if isinstance(limit, ReadMaxRows):
