@@ -118,7 +118,7 @@ def parse_time(text):
     return int(t.timestamp() * 1000)
 
 
-def read_range(uri, queue, start, end, schema, prefetch=2000, batch_rows=65536, batch_bytes=32 << 20,
+def read_range(uri, queue, start, end, schema, prefetch=2000, batch_rows=10000, batch_bytes=32 << 20,
                idle_timeout=5.0, stall_timeout=120.0):
     """Record batches of the messages with offsets in [start, end) of a
     stream, read by one consumer. Stops when end - 1 is reached (or when the

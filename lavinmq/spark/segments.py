@@ -9,7 +9,7 @@ running broker reads fine: a segment being written ends where its data
 ends. Streams have offsets (from their meta.N files); for other queues
 `offset` is null and acknowledged messages (acks.N) are left out.
 
-Options: queue, vhost, maxRecordsPerBatch (default 65536)."""
+Options: queue, vhost, maxRecordsPerBatch (default 10000, as Spark's Arrow batches)."""
 import array
 import hashlib
 import mmap
@@ -93,7 +93,7 @@ def read_acks(path):
     return array.array("I", sorted(set(positions)))
 
 
-def read_segment_file(partition, schema, max_rows=65536, max_bytes=64 << 20):
+def read_segment_file(partition, schema, max_rows=10000, max_bytes=64 << 20):
     """Record batches of one segment file."""
     from lavinmq.spark._columns import Batch, read_segment
     try:
@@ -137,7 +137,7 @@ class SegmentsReader(DataSourceReader):
         if not path:
             raise ValueError('load(PATH): the queue directory or the data directory to read')
         self.directory = queue_dir(path, options.get("queue"), options.get("vhost") or "/")
-        self.max_rows = int(options.get("maxRecordsPerBatch") or 65536)
+        self.max_rows = int(options.get("maxRecordsPerBatch") or 10000)
 
     def partitions(self):
         return plan(self.directory)
