@@ -168,3 +168,14 @@ def test_publish_frames_decode_with_pamqp():
     # a slice of the batch: the same rows, the same ids
     tail = enc.encode(2, 101, **columns(batch.slice(1)))
     assert tail == data[len(data) - len(tail):]
+
+
+def test_the_connector_never_imports_the_broker():
+    import subprocess
+    import sys
+    code = ("import sys, lavinmq.spark, lavinmq.spark.source, lavinmq.spark.sink, lavinmq.spark.segments, "
+            "lavinmq.spark.example, lavinmq.spark.offsets\n"
+            "bad = sorted(m for m in sys.modules if m.startswith('lavinmq.') and not m.startswith('lavinmq.spark'))\n"
+            "print(bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
