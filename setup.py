@@ -11,7 +11,7 @@ except ImportError:  # pragma: no cover - build-time guard
     sys.exit("lavinmq needs Cython to build its _core extensions: pip install cython")
 
 DEBUG = os.environ.get("LAVINMQ_DEBUG") == "1"
-MODULES = [m for m in ["buffer", "codec", "segment", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "connection", "debug", "perfscan"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
+MODULES = [m for m in ["buffer", "codec", "segment", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "connection", "debug", "perfscan", "stream_store", "stream"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
 
 extensions = [
     Extension(
@@ -21,6 +21,11 @@ extensions = [
         define_macros=[("LAVINMQ_DEBUG", "1")] if DEBUG else [],
     )
     for name in MODULES
+] + [
+    # the Spark connector's decoders: its own extensions, not the broker's
+    Extension(f"lavinmq.spark.{name}", [f"lavinmq/spark/{name}.pyx"],
+              extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
+    for name in ["_columns", "_publish"] if os.path.exists(f"lavinmq/spark/{name}.pyx")
 ]
 
 setup(

@@ -26,6 +26,7 @@ TOPIC_1000 = ["--exchange-type", "topic", "--bindings", '[{"key": "dev.{i}.#", "
 HEADERS_100 = ["--exchange-type", "headers", "--bindings",
                '[{"args": {"x-match": "all", "dev": "{i}", "kind": "temp"}, "count": 99},'
                ' {"args": {"x-match": "all", "kind": "temp"}}]']
+STREAM = ["--queue-args", '{"x-queue-type":"stream"}']
 SCENARIOS = {
     "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume", []),
     "publish only": (["-y", "0"], None, "publish", []),
@@ -61,6 +62,13 @@ SCENARIOS = {
     "delayed exchange, x-delay 1 ms": (["-y", "0", "--properties", '{"headers": {"x-delay": 1}}'], ["-x", "0"],
                                        "consume", ["-e", "{exchange}", "--exchange-type", "x-delayed-message",
                                                    "--exchange-args", '{"x-delayed-type": "direct"}']),
+    # streams: publishing into one, and three consumers (one process each)
+    # reading the same pre-filled stream from its first offset; the rate is
+    # their aggregate
+    "stream publish only": (["-y", "0"], None, "publish", STREAM),
+    "stream 3 con from first (pre-filled)": (
+        "prefill", ["-x", "0", "-y", "3", "--processes", "3", "-a", "100", "-P", "1000",
+                    "--consumer-args", '{"x-stream-offset":"first"}'], "consume", STREAM),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
 

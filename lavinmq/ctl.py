@@ -171,6 +171,32 @@ def list_queues(c, a):
     return ["name", "messages", "ready", "unacked", "consumers"], rows
 
 
+def list_streams(c, a):
+    rows = [[x["name"], x.get("messages", 0), x["stream"]["first_offset"], x["stream"]["last_offset"],
+             x["stream"]["message_bytes"], x["stream"]["segments"], x.get("consumers", 0)]
+            for x in c.get(f"/queues/{q(a.vhost)}") if x.get("type") == "stream"]
+    return ["name", "messages", "first_offset", "last_offset", "bytes", "segments", "consumers"], rows
+
+
+def list_stream_consumers(c, a):
+    """Connected stream consumers with their cursor, and the offsets stored
+    for tracked consumer tags (connected or not)."""
+    streams = {x["name"]: x for x in c.get(f"/queues/{q(a.vhost)}") if x.get("type") == "stream"}
+    rows, seen = [], set()
+    for x in c.get(f"/consumers/{q(a.vhost)}"):
+        name = x["queue"]["name"]
+        if name in streams and "stream" in x:
+            st = x["stream"]
+            seen.add((name, x["consumer_tag"]))
+            rows.append([name, x["consumer_tag"], True, st["offset"], st.get("last_delivered_offset"),
+                         st.get("committed_offset")])
+    for name, info in streams.items():
+        for tag, offset in info["stream"].get("consumer_offsets", {}).items():
+            if (name, tag) not in seen:
+                rows.append([name, tag, False, None, None, offset])
+    return ["stream", "consumer_tag", "connected", "offset", "last_delivered", "stored_offset"], rows
+
+
 def create_queue(c, a):
     c.put(f"/queues/{q(a.vhost)}/{q(a.name)}",
           {"durable": a.durable, "auto_delete": a.auto_delete, "arguments": _json_arg(a.args, "--args")})
@@ -339,6 +365,10 @@ def build_parser():
     cmd("list_queues", list_queues, "list queues", vhost=True)
     cmd("create_queue", create_queue, "declare a queue", A("name"), flag("--durable", "survive restarts"),
         flag("--auto-delete", "delete when the last consumer goes"), A("--args", help="JSON arguments"),
+        vhost=True)
+    cmd("list_streams", list_streams, "list stream queues with their first and last offset and size",
+        vhost=True)
+    cmd("list_stream_consumers", list_stream_consumers, "stream consumers' offsets (connected and stored)",
         vhost=True)
     cmd("purge_queue", purge_queue, "remove every ready message of a queue", A("name"), vhost=True)
     cmd("delete_queue", delete_queue, "delete a queue", A("name"), vhost=True)

@@ -42,6 +42,20 @@ QUEUE_ARG_KEYS = {"x-message-ttl": "message-ttl", "x-expires": "expires", "x-max
 EXCHANGE_ARG_KEYS = {"alternate-exchange": "alternate-exchange"}
 
 
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y": 365 * 86400}
+
+
+def age_seconds(value):
+    """A max-age such as "7D" in seconds."""
+    return int(value[:-1]) * AGE_UNITS[value[-1]]
+
+
+def _shorter(a, b):
+    if b is None:
+        return a
+    return a if age_seconds(a) <= age_seconds(b) else b
+
+
 class Policy:
     __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re")
 
@@ -197,7 +211,10 @@ class PolicyStore:
             if source is None:
                 continue
             for key, value in source.definition.items():
-                if key in LIMIT_KEYS:
+                if key == "max-age":        # the shorter age is the stricter
+                    definition[key] = _shorter(value, definition.get(key))
+                    settings[key] = _shorter(value, settings.get(key))
+                elif key in LIMIT_KEYS:
                     definition[key] = min(value, definition[key]) if key in definition else value
                     settings[key] = min(value, settings[key]) if key in settings else value
                 elif source is op:

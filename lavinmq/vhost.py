@@ -18,6 +18,7 @@ from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
 from lavinmq.sync import fsync_dir
+from lavinmq.queue import stream
 
 log = logging.getLogger("lavinmq.vhost")
 
@@ -328,6 +329,9 @@ class VHost:
             raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
                                      f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
+        is_stream = stream.is_stream(arguments)
+        if is_stream:
+            stream.check_declare(durable, exclusive_owner is not None, auto_delete, arguments)
         if durable and not transient and persist:
             # on disk before it is live: a declare-ok never outruns its definition
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
@@ -336,12 +340,15 @@ class VHost:
         log_name = f"'{name}' in vhost '{self.name}'"
         max_priority = (arguments or {}).get("x-max-priority")
         syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
-        if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
-            store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority, syncer)
+        if is_stream:
+            q = stream.open_stream(self, name, store_dir, arguments, syncer)
         else:
-            store = MessageStore(store_dir, self.segment_size, log_name, syncer)
-        q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
-        q.default_consumer_timeout = self.consumer_timeout
+            if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
+                store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority, syncer)
+            else:
+                store = MessageStore(store_dir, self.segment_size, log_name, syncer)
+            q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+            q.default_consumer_timeout = self.consumer_timeout
         self.queues[name] = q
         self.exchanges[""].queue_added(q)
         if persist:

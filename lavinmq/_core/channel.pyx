@@ -549,7 +549,7 @@ cdef class Channel:
 
     cdef int settle(self, Unacked *u, int action) except -1:
         cdef Queue q = <Queue>self.queues[u.queue_idx]
-        cdef Consumer c
+        cdef Consumer c = None
         u.done = 1
         self.unacked_total -= 1
         if u.consumer_idx != NO_CONSUMER:
@@ -557,6 +557,8 @@ cdef class Channel:
             c.unacked -= 1
             if c.cancelled and c.unacked == 0:
                 self.consumer_slots[u.consumer_idx] = None
+        if q.per_consumer_acks and c is not None:
+            return q.consumer_settled(c, u.sp, action == ACT_ACK, action == ACT_REQUEUE)
         if action == ACT_ACK:
             q.ack(u.sp)
         else:

@@ -15,6 +15,17 @@ import decimal
 from lavinmq import spec
 from lavinmq.errors import SyntaxError_, NotImplemented_, FrameError
 
+
+class Timestamp(int):
+    """A field table timestamp ('T', seconds since 1970): an int that
+    remembers its type, so that it is encoded back as 'T' and so that a
+    stream consumer's x-stream-offset can tell a point in time from an
+    offset."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"Timestamp({int(self)})"
+
 # argument type codes, resolved once from the generated spec tables
 cdef enum ArgType:
     A_OCTET = 1
@@ -99,7 +110,7 @@ cdef object decode_field_value(Reader *r, int depth):
         s = read_longstr(r, &n)
         return PyBytes_FromStringAndSize(s, n)
     elif t == b"T":
-        return read_u64(r)
+        return Timestamp(read_u64(r))
     elif t == b"V":
         return None
     elif t == b"F":
@@ -146,6 +157,9 @@ cdef int encode_field_value(WriteBuffer wb, object v) except -1:
     elif v is True or v is False:
         wb.write_u8(b"t")
         wb.write_u8(1 if v else 0)
+    elif isinstance(v, Timestamp):
+        wb.write_u8(b"T")
+        wb.write_u64(<uint64_t>v)
     elif isinstance(v, int):
         if -2147483648 <= v <= 2147483647:
             wb.write_u8(b"I")

@@ -99,6 +99,9 @@ cdef class Queue:
         public uint64_t deliver_no_ack_count   # part of deliver_count (API: deliver vs deliver_no_ack)
         public uint64_t get_no_ack_count       # part of get_count
         public uint64_t get_empty_count
+        # streams: an ack or reject goes to the consumer that got the
+        # message (its own cursor), not to the shared store
+        readonly bint per_consumer_acks
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1
@@ -117,6 +120,7 @@ cdef class Queue:
     cdef int arm_expiry(self, uint64_t now) except -1
     cdef void update_ext(self)
     cdef const char *count_delivery(self, const char *rec, SP sp) except NULL
+    cdef int consumer_settled(self, ConsumerBase c, SP sp, bint acked, bint requeue) except -1
 
 
 cdef int schedule_queue(Queue q) except -1

@@ -605,6 +605,11 @@ cdef class Queue:
         schedule_queue(self)
         return 0
 
+    cdef int consumer_settled(self, ConsumerBase c, SP sp, bint acked, bint requeue) except -1:
+        """Queues with per_consumer_acks (streams) implement this."""
+        raise NotImplementedError
+
+
     # -- Python-facing -------------------------------------------------------
 
     def add_consumer(self, ConsumerBase c):

@@ -173,6 +173,7 @@ class AMQPChannel(CoreChannel):
         prefetch_size, prefetch_count, global_ = args
         if prefetch_size:
             raise NotImplemented_("prefetch_size is not supported", 60, 10)
+        self.qos_set = True
         if global_:
             self.prefetch_global = prefetch_count
             for c in self.consumers.values():
@@ -201,8 +202,11 @@ class AMQPChannel(CoreChannel):
         limit = self.connection.config.max_consumers_per_channel
         if limit and len(self.consumers) >= limit:
             raise ResourceError(f"max {limit} consumers per channel reached", 60, 20)
-        priority = (arguments or {}).get("x-priority") or 0
-        c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
+        if getattr(q, "is_stream", False):
+            c = q.new_consumer(self, tag, no_ack, exclusive, arguments)
+        else:
+            priority = (arguments or {}).get("x-priority") or 0
+            c = Consumer(self, tag, q, no_ack, exclusive, priority, arguments or {})
         self.add_consumer_slot(c)
         self.consumers[tag] = c
         churn.count("consumer_added")
@@ -259,6 +263,9 @@ class AMQPChannel(CoreChannel):
         self.can_read(queue, "queue", 60, 70)
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
         self._check_open(q, 60, 70)
+        if getattr(q, "is_stream", False):
+            raise PreconditionFailed(f"queue '{queue}' in vhost '{self.vhost.name}' is a stream: "
+                                     f"basic.get is not supported, consume it instead", 60, 70)
         q.touch()
         CoreChannel.basic_get(self, q, no_ack)
 

@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 
 from lavinmq._core import codec
+from lavinmq.errors import AMQPError
 from lavinmq.http.app import HTTPError, MANAGEMENT, body_json, not_found, require, typed, vhost_of
 
 PROPERTY_TYPES = {"content_type": str, "content_encoding": str, "headers": dict, "delivery_mode": int,
@@ -115,25 +116,68 @@ async def get(request):
         raise HTTPError(400, "truncate must be a non-negative integer")
     if q.closed:
         raise HTTPError(400, f"queue '{q.name}' is closed: {q.store.error}")
+    if getattr(q, "is_stream", False):
+        raise HTTPError(400, f"queue '{q.name}' is a stream: read it with POST "
+                             f"/api/queues/{{vhost}}/{{queue}}/stream")
     out = []
     left = q.message_count
     for rec, redelivered in q.take_records(count, ackmode.endswith("true")):
-        exchange, rk, props, payload = parse_record(rec)
         left -= 1
-        size = len(payload)
-        if truncate is not None:
-            payload = payload[:truncate]
-        try:
-            text = payload.decode() if encoding == "auto" else None
-            payload_out, enc = (text, "string") if text is not None else (None, None)
-        except UnicodeDecodeError:
-            payload_out, enc = None, None
-        if payload_out is None:
-            payload_out, enc = base64.b64encode(payload).decode(), "base64"
-        out.append({"payload_bytes": size, "redelivered": redelivered, "exchange": exchange,
-                    "routing_key": rk, "message_count": max(left, 0),
-                    "properties": _jsonable(props), "payload": payload_out, "payload_encoding": enc})
+        out.append(_message(rec, redelivered, max(left, 0), encoding, truncate))
     return web.json_response(out)
+
+
+def _message(rec, redelivered, message_count, encoding, truncate, offset=None):
+    exchange, rk, props, payload = parse_record(rec)
+    size = len(payload)
+    if offset is not None:
+        props.setdefault("headers", {})["x-stream-offset"] = offset
+    if truncate is not None:
+        payload = payload[:int(truncate)]
+    try:
+        text = payload.decode() if encoding == "auto" else None
+        payload_out, enc = (text, "string") if text is not None else (None, None)
+    except UnicodeDecodeError:
+        payload_out, enc = None, None
+    if payload_out is None:
+        payload_out, enc = base64.b64encode(payload).decode(), "base64"
+    return {"payload_bytes": size, "redelivered": redelivered, "exchange": exchange,
+            "routing_key": rk, "message_count": message_count,
+            "properties": _jsonable(props), "payload": payload_out, "payload_encoding": enc}
+
+
+async def read_stream(request):
+    """LavinMQ's POST /api/queues/{vhost}/{queue}/stream: up to count
+    messages from offset (first, last, next, a number, an interval such as
+    1h), without a consumer."""
+    require(request, MANAGEMENT)
+    vhost = vhost_of(request)
+    q = vhost.queues.get(request.match_info["queue"])
+    if q is None:
+        raise not_found()
+    user = request["user"]
+    if not user.can_read(vhost.name, q.name):
+        raise HTTPError(403, f"read access to queue '{q.name}' refused for user '{user.name}'")
+    if not getattr(q, "is_stream", False):
+        raise HTTPError(400, f"queue '{q.name}' is not a stream")
+    if q.closed:
+        raise HTTPError(400, f"queue '{q.name}' is closed: {q.store.error}")
+    body = await body_json(request)
+    count = body.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0 or count > 100_000:
+        raise HTTPError(400, "count must be an integer from 0 to 100000")
+    offset = body.get("offset", "first")
+    if isinstance(offset, str) and offset.lstrip("-").isdigit():
+        offset = int(offset)
+    encoding = body.get("encoding", "auto")
+    if encoding not in ("auto", "base64"):
+        raise HTTPError(400, "encoding must be auto or base64")
+    try:
+        records = q.read(offset, count)
+    except AMQPError as exc:
+        raise HTTPError(400, exc.reply_text)
+    return web.json_response([_message(rec, False, q.message_count, encoding, body.get("truncate"), off)
+                              for off, rec in records])
 
 
 def _jsonable(value):
@@ -144,3 +188,4 @@ def _jsonable(value):
 def add_routes(app):
     app.router.add_post("/api/exchanges/{vhost}/{exchange}/publish", publish)
     app.router.add_post("/api/queues/{vhost}/{queue}/get", get)
+    app.router.add_post("/api/queues/{vhost}/{queue}/stream", read_stream)

@@ -76,6 +76,12 @@ def queue(q, details=False):
     r = rates_for(id(q)) or {}
     for key in ("messages", "messages_ready", "messages_unacknowledged"):
         out[key + "_details"] = rate(r.get(key))
+    stream_details = getattr(q, "stream_details", None)
+    if stream_details is not None:
+        out["stream"] = stream_details()
+        out["type"] = "stream"
+        out["message_bytes"] = out["stream"]["message_bytes"]
+        out["messages"] = ready         # delivered messages stay in a stream: not counted twice
     if details:
         out["consumer_details"] = [consumer(c) for c in q.consumers]
     return out
@@ -83,11 +89,15 @@ def queue(q, details=False):
 
 def consumer(c):
     ch = c.channel
-    return {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
-            "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
-            "arguments": c.arguments or {}, "active": _active(c),
-            "activity_status": "up" if _active(c) else "waiting",
-            "channel_details": channel_ref(ch)}
+    out = {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
+           "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
+           "arguments": c.arguments or {}, "active": _active(c),
+           "activity_status": "up" if _active(c) else "waiting",
+           "channel_details": channel_ref(ch)}
+    if getattr(c.queue, "is_stream", False):
+        from lavinmq.queue.stream import consumer_details
+        out["stream"] = consumer_details(c)
+    return out
 
 
 def _active(c):
@@ -115,7 +125,7 @@ def properties_key(routing_key, arguments):
 
 def binding(vhost_, b):
     dest = b.destination
-    from lavinmq.queue import Queue
+    from lavinmq._core.queue import Queue
     return {"source": b.source.name, "vhost": vhost_.name, "destination": dest.name,
             "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
             "routing_key": b.routing_key, "arguments": b.arguments,
@@ -171,7 +181,7 @@ def _jsonable(value):
 
 
 def definitions(server, only=None):
-    from lavinmq.queue import Queue
+    from lavinmq._core.queue import Queue
     import lavinmq
     vhosts = [v for n, v in server.vhosts.items() if only is None or n == only]
     out = {"lavinmq_version": lavinmq.__version__, "rabbit_version": "3.10.8", "rabbitmq_version": "3.10.8",

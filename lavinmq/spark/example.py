@@ -1,0 +1,243 @@
+"""The example data pipeline, one command after `./dev run`:
+
+    ./dev pipeline                      # or: .venv/bin/python -m lavinmq.spark.example
+
+1. A generator publishes JSON click events ({"user", "page", "ts"}) to the
+   stream queue `clicks`, their event times spread over --minutes minutes.
+2. A Structured Streaming query reads the stream (format "lavinmq"), parses
+   the JSON, and counts clicks per page and minute with a one-minute
+   watermark.
+3. The finished aggregates go two ways: published to the fanout exchange
+   `page-stats` (format "lavinmq" as a sink; the queue `page-stats` is bound
+   to it) and written to Parquet under --out.
+4. Progress is printed while it runs; a summary checks every count against
+   what the generator published.
+"""
+import argparse
+import collections
+import datetime
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+
+from lavinmq.spark.amqp import Connection, properties, publish_frames
+
+STREAM, EXCHANGE, RESULTS = "clicks", "page-stats", "page-stats"
+END_PAGE = "__end__"          # one last event, late enough to close every window
+
+
+def log(msg):
+    print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def setup_topology(uri):
+    """The stream, the exchange and the queue bound to it. Results of
+    earlier runs are purged; the stream keeps its history (this run reads
+    from its current end)."""
+    with Connection(uri) as c:
+        c.declare_queue(STREAM, arguments={"x-queue-type": "stream"})
+        c.declare_exchange(EXCHANGE, "fanout")
+        c.declare_queue(RESULTS)
+        c.bind_queue(RESULTS, EXCHANGE)
+        c.call(50, 30, b"\x00\x00" + bytes((len(RESULTS),)) + RESULTS.encode() + b"\x00", (50, 31))
+
+
+class Generator(threading.Thread):
+    """Publishes the click events with publisher confirms; knows what the
+    aggregates must be."""
+
+    def __init__(self, uri, events, pages, minutes, rate, seed=42):
+        super().__init__(name="click-generator", daemon=True)
+        self.uri, self.events, self.pages, self.minutes, self.rate = uri, events, pages, minutes, rate
+        self.random = random.Random(seed)
+        self.base = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+        self.expected = collections.Counter()      # (page, minute start) -> clicks
+        self.published = 0
+        self.error = None
+
+    def event(self, i):
+        # a few pages get most of the clicks
+        page = f"/page/{min(int(self.random.paretovariate(1.2)) - 1, self.pages - 1)}"
+        ts = self.base + i * self.minutes * 60.0 / self.events
+        return page, ts, {"user": f"u{self.random.randrange(1000)}", "page": page, "ts": ts}
+
+    def run(self):
+        try:
+            with Connection(self.uri) as c:
+                c.confirm_select()
+                props = properties(content_type="application/json", delivery_mode=2)
+                started = time.monotonic()
+                batch = []
+                for i in range(self.events + 1):
+                    if i < self.events:
+                        page, ts, ev = self.event(i)
+                        self.expected[(page, int(ts // 60) * 60)] += 1
+                    else:
+                        ev = {"user": "-", "page": END_PAGE, "ts": self.base + self.minutes * 60 + 121}
+                    batch.append(publish_frames(1, "", STREAM, json.dumps(ev).encode(), props, c.frame_max))
+                    if len(batch) >= 500 or i == self.events:
+                        c.sock.sendall(b"".join(batch))
+                        c.published += len(batch)
+                        batch = []
+                        c.wait_confirms(c.published)
+                        self.published = min(c.published, self.events)
+                        ahead = self.published / self.rate - (time.monotonic() - started) if self.rate else 0
+                        if ahead > 0:
+                            time.sleep(ahead)
+                if c.nacked:
+                    raise RuntimeError(f"{c.nacked} events were nacked")
+        except Exception as exc:      # reported by the main thread
+            self.error = exc
+
+
+def spark_session(app="lavinmq-pipeline"):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.extraJavaOptions", "-Xss4m")      # deep plans of streaming queries
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from lavinmq.spark import register
+    register(spark)
+    return spark
+
+
+def build_queries(spark, uri, start, out):
+    from pyspark.sql import functions as F
+    clicks = (spark.readStream.format("lavinmq").option("uri", uri).option("queue", STREAM)
+              .option("startingOffsets", str(start)).option("maxOffsetsPerTrigger", "50000").load())
+    events = (clicks
+              .select(F.from_json(F.col("body").cast("string"), "user STRING, page STRING, ts DOUBLE").alias("e"))
+              .select("e.page", F.col("e.ts").cast("timestamp").alias("event_time"))
+              .withWatermark("event_time", "1 minute"))
+    # the last event's window never closes (nothing comes after it), so it is
+    # never emitted; filtering it out instead would be pushed below the
+    # watermark and keep it from closing the other windows
+    per_minute = (events.groupBy(F.window("event_time", "1 minute").alias("w"), "page").count()
+                  .select("page", F.col("w.start").alias("minute"), F.col("count").alias("clicks")))
+    to_broker = (per_minute
+                 .select(F.to_json(F.struct(F.col("page"), F.date_format("minute", "yyyy-MM-dd'T'HH:mm'Z'")
+                                            .alias("minute"), "clicks")).alias("body"),
+                         F.col("page").alias("routing_key"),
+                         F.struct(F.lit("application/json").alias("content_type")).alias("properties"))
+                 .writeStream.format("lavinmq").option("uri", uri).option("exchange", EXCHANGE)
+                 .option("checkpointLocation", os.path.join(out, "checkpoints", "to-broker"))
+                 .outputMode("append").start())
+    to_parquet = (per_minute.writeStream.format("parquet")
+                  .option("path", os.path.join(out, "page_minute"))
+                  .option("checkpointLocation", os.path.join(out, "checkpoints", "to-parquet"))
+                  .outputMode("append").start())
+    return to_broker, to_parquet
+
+
+def parquet_rows(spark, out):
+    try:
+        return spark.read.parquet(os.path.join(out, "page_minute")).count()
+    except Exception:           # nothing committed yet
+        return 0
+
+
+def input_rows(query):
+    return sum(p.get("numInputRows", 0) for p in query.recentProgress)
+
+
+def run(opts, spark=None):
+    """-> 0 when every aggregate arrived and matches. spark: a session to
+    use (and leave running); by default one is started and stopped."""
+    started = time.monotonic()
+    own_session = spark is None
+    if os.path.exists(opts.out):
+        shutil.rmtree(opts.out)
+    os.makedirs(opts.out)
+    setup_topology(opts.uri)
+    from lavinmq.spark.offsets import StreamInfo
+    start = StreamInfo(opts.uri, STREAM).next_offset() or 0
+    log(f"stream '{STREAM}' continues at offset {start}; starting Spark (local[2])")
+    if own_session:
+        spark = spark_session()
+    to_broker, to_parquet = build_queries(spark, opts.uri, start, opts.out)
+    gen = Generator(opts.uri, opts.events, opts.pages, opts.minutes, opts.rate)
+    gen.start()
+    log(f"publishing {opts.events} click events over {opts.minutes} simulated minutes to '{STREAM}'")
+    windows_written = received = 0
+    deadline = time.monotonic() + opts.timeout
+    expected_windows = None
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            for q in (to_broker, to_parquet):
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {q.name or q.id} failed: {q.exception()}")
+            if gen.error:
+                raise gen.error
+            with Connection(opts.uri) as c:
+                received = c.declare_queue(RESULTS, passive=True)
+            if not gen.is_alive() and expected_windows is None:
+                expected_windows = len(gen.expected)
+            if expected_windows is not None and received >= expected_windows:
+                windows_written = parquet_rows(spark, opts.out)
+            log(f"published {gen.published}/{opts.events} events | Spark read {input_rows(to_broker)} | "
+                f"aggregates: {received} in queue '{RESULTS}'"
+                + (f", {windows_written} in Parquet" if windows_written else "")
+                + (f" (of {expected_windows})" if expected_windows is not None else ""))
+            if expected_windows is not None and windows_written >= expected_windows and received >= expected_windows:
+                log("every aggregate is in")
+                break
+        else:
+            raise TimeoutError(f"not every aggregate arrived in {opts.timeout} s")
+    finally:
+        for q in (to_broker, to_parquet):
+            q.stop()
+    rows = spark.read.parquet(os.path.join(opts.out, "page_minute")).collect()
+    got = {(r["page"], int(r["minute"].timestamp())): r["clicks"] for r in rows}
+    ok = got == dict(gen.expected)
+    top = collections.Counter()
+    for (page, _), n in got.items():
+        top[page] += n
+    print()
+    print("summary")
+    print(f"  events published to stream '{STREAM}':       {gen.published}")
+    print(f"  (page, minute) aggregates written to Parquet: {len(rows)} in {os.path.join(opts.out, 'page_minute')}")
+    print(f"  aggregates received on queue '{RESULTS}':     {received} (via exchange '{EXCHANGE}')")
+    print(f"  clicks counted:                               {sum(got.values())}")
+    print(f"  every aggregate matches the generator:        {'yes' if ok else 'NO'}")
+    print("  top pages:                                    " +
+          ", ".join(f"{p} {n}" for p, n in top.most_common(5)))
+    print(f"  took {time.monotonic() - started:.1f} s")
+    if own_session:
+        spark.stop()
+    return 0 if ok and received == len(rows) else 1
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m lavinmq.spark.example", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--uri", default=os.environ.get("LAVINMQ_URI", "amqp://guest:guest@127.0.0.1:5672/%2F"))
+    ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--pages", type=int, default=20)
+    ap.add_argument("--minutes", type=int, default=10, help="simulated minutes the events span")
+    ap.add_argument("--rate", type=int, default=5000, help="events per second (0: as fast as possible)")
+    ap.add_argument("--out", default="pipeline-out", help="Parquet and checkpoints (replaced)")
+    ap.add_argument("--timeout", type=float, default=600)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    opts = parse_args(argv)
+    try:
+        return run(opts)
+    except ConnectionRefusedError:
+        print(f"no broker at {opts.uri}: start one with ./dev run", file=sys.stderr)
+        return 69
+
+
+if __name__ == "__main__":
+    sys.exit(main())
