@@ -11,6 +11,7 @@ import orjson
 import lavinmq
 from lavinmq import sdnotify
 from lavinmq.amqp.connection import AMQPConnection
+from lavinmq.process import resident_memory
 from lavinmq.auth.users import UserStore
 from lavinmq.sync import Syncer, fsync_dir
 from lavinmq.vhost import VHost, sha1
@@ -189,6 +190,7 @@ class Server:
         """vm_memory_high_watermark: above it, publishers are blocked until
         the broker's resident memory falls back below it."""
         self.memory_limit = int(self.config.vm_memory_high_watermark * total_memory())
+        # resident_memory() is 0 where /proc is missing (a chroot): no alarm
         high = bool(self.memory_limit) and resident_memory() > self.memory_limit
         if high == self.memory_alarm:
             return
@@ -378,11 +380,6 @@ def total_memory():
         if raw.isdigit() and 0 < int(raw) < total:
             return int(raw)
     return total
-
-
-def resident_memory():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def raise_fd_limit():

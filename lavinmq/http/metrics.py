@@ -15,6 +15,7 @@ from lavinmq import churn
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.app import HTTPError, MONITORING, require
 from lavinmq.http.runtime import rss_bytes
+from lavinmq.process import open_fds
 
 MAX_PREFIX = 20
 
@@ -105,7 +106,7 @@ async def metrics(request):
                              ("queues_deleted_total", "queue_deleted", "Total number of queues deleted")):
         w.metric(name, "counter", help_, counts[key])
     st = os.statvfs(server.data_dir)
-    w.metric("process_open_fds", "gauge", "Open file descriptors", len(os.listdir("/proc/self/fd")))
+    w.metric("process_open_fds", "gauge", "Open file descriptors", open_fds())
     w.metric("process_open_tcp_sockets", "gauge", "Open TCP sockets", server.guard.total)
     w.metric("process_resident_memory_bytes", "gauge", "Memory used in bytes", rss_bytes())
     w.metric("disk_space_available_bytes", "gauge", "Disk space available in bytes", st.f_bavail * st.f_frsize)

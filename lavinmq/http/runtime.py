@@ -8,6 +8,7 @@ from aiohttp import web
 
 import lavinmq
 from lavinmq.http import compat, history, shapes
+from lavinmq.process import open_fds, resident_memory
 from lavinmq.http.stats import rates_for
 from lavinmq.http.app import HTTPError, MANAGEMENT, MONITORING, listing, not_found, require, vhost_of
 
@@ -88,15 +89,14 @@ async def _node_list(request):
     return [{
         "name": shapes.NODE, "type": "disc", "running": True, "os_pid": str(os.getpid()),
         "uptime": shapes.uptime_ms(server.started), "processors": os.cpu_count(),
-        "mem_used": rss_bytes(), "mem_alarm": False, "fd_used": len(os.listdir("/proc/self/fd")),
+        "mem_used": rss_bytes(), "mem_alarm": server.memory_alarm, "fd_used": open_fds(),
         "fd_total": soft, "disk_free": st.f_bavail * st.f_frsize,
         "disk_free_limit": server.config.disk_free_limit, "disk_free_alarm": server.disk_alarm,
         "partitions": [], "applications": [], "rates_mode": "basic", **compat.node_extra(server)}]
 
 
 def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return resident_memory()
 
 
 async def whoami(request):

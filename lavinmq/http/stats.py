@@ -114,8 +114,9 @@ def sum_counters(dicts):
 def node_gauges(server):
     import os
     from lavinmq.http.runtime import rss_bytes
+    from lavinmq.process import open_fds
     st = os.statvfs(server.data_dir)
-    return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": len(os.listdir("/proc/self/fd")),
+    return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": open_fds(),
             "mem_used": rss_bytes(), "sockets_used": server.guard.total}
 
 
