@@ -333,8 +333,18 @@ cdef class DeliveryDecoder:
         """Every offset below end has been seen (or skipped over)."""
         return self.end >= 0 and self.last_offset >= self.end - 1 and self.state == ST_METHOD
 
+    @property
+    def between_messages(self):
+        """No message is half decoded: its header's columns would be in the
+        batch without its body (the bytes of one message may arrive in
+        several reads)."""
+        return self.state == ST_METHOD
+
     def take(self):
-        """-> the Batch of the rows decoded so far; a new one starts."""
+        """-> the Batch of the rows decoded so far; a new one starts. Only
+        between messages, or the columns would differ in length."""
+        if self.state != ST_METHOD:
+            raise RuntimeError("DeliveryDecoder.take() in the middle of a message")
         b = self.batch
         self.batch = Batch()
         return b

@@ -136,14 +136,17 @@ def read_range(uri, queue, start, end, schema, prefetch=2000, batch_rows=10000, 
             if dec.last_tag - acked >= prefetch // 2:
                 conn.ack(dec.last_tag)
                 acked = dec.last_tag
-            if dec.batch.rows >= batch_rows or dec.batch.body_bytes >= batch_bytes:
+            # a read may end inside a message (header here, body to come):
+            # a batch is cut only between messages
+            if dec.between_messages and (dec.batch.rows >= batch_rows or dec.batch.body_bytes >= batch_bytes):
                 yield dec.take().record_batch(schema)
             if dec.deliveries != seen:
                 seen = dec.deliveries
                 last_progress = time.monotonic()
             elif not got and time.monotonic() - last_progress > idle_timeout:
                 # nothing for a while: is anything of the range left to come?
-                if conn.declare_queue(queue, passive=True) == 0:
+                # (not asked inside a message: the rest of it is on its way)
+                if dec.between_messages and conn.declare_queue(queue, passive=True) == 0:
                     break
                 if time.monotonic() - last_progress > stall_timeout:
                     raise TimeoutError(f"stream {queue}: offsets {dec.last_offset + 1}..{end - 1} did not "
