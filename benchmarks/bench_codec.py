@@ -1,4 +1,5 @@
-"""Codec: method decode/encode, field tables, property conversion."""
+"""Codec: method decode/encode, field tables, property conversion.
+Method decode and properties wire->disk are the gate's cases: bench_gate.py."""
 import datetime
 
 from pamqp import commands, frame, header
@@ -14,17 +15,9 @@ PROPS_WIRE = header.ContentHeader(0, 16, commands.Basic.Properties(
     timestamp=datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc))).marshal()[12:]
 
 
-def test_decode_queue_declare(per_message):
-    per_message(lambda n: [codec.decode_method(50, 10, DECLARE) for _ in range(n)])
-
-
 def test_encode_table(per_message):
     per_message(lambda n: [codec.encode_table_bytes(TABLE) for _ in range(n)])
 
 
 def test_decode_table(per_message):
     per_message(lambda n: [codec.decode_table_bytes(TABLE_BYTES) for _ in range(n)])
-
-
-def test_properties_wire_to_disk(per_message):
-    per_message(lambda n: [codec.convert_properties(PROPS_WIRE, False) for _ in range(n)])

@@ -1,7 +1,9 @@
 """Routing with many distinct routing keys and header sets (no route cache:
 each message is matched against the exchange's tables). Each case routes
 N messages cycling over 10,000 keys; per_message_ns is the cost of one
-route, traversal and de-duplication included."""
+route, traversal and de-duplication included.
+Direct with 10k keys, topic with 1,000 bindings and headers with 100
+bindings are the gate's cases: bench_gate.py."""
 import pytest
 
 from lavinmq._core import codec
@@ -18,39 +20,12 @@ def vhost(tmp_path):
     v.close()
 
 
-def test_route_direct_10k_keys(per_message, vhost):
-    """10,000 binding keys over 1,000 queues, routing keys cycling over all."""
-    vhost.declare_exchange("d", "direct", False, False, False, {})
-    for i in range(1000):
-        vhost.declare_queue(f"q{i}", False, None, False, {})
-    for i in range(KEYS):
-        vhost.bind_queue(f"q{i % 1000}", "d", f"key.{i}", {})
-    keys = [f"key.{i}".encode() for i in range(KEYS)]
-    ex = vhost.exchanges["d"]
-    assert bench_route_many(ex, keys, KEYS) == KEYS
-    per_message(lambda n: bench_route_many(ex, keys, n))
-
-
 def test_route_default_exchange_1000_queues(per_message, vhost):
     for i in range(1000):
         vhost.declare_queue(f"q{i}", False, None, False, {})
     keys = [f"q{i}".encode() for i in range(1000)]
     ex = vhost.exchanges[""]
     assert bench_route_many(ex, keys, 1000) == 1000
-    per_message(lambda n: bench_route_many(ex, keys, n))
-
-
-def test_route_topic_1000_bindings_10k_keys(per_message, vhost):
-    """Issue 15's scenario: `dev.<n>.#` for 999 devices plus `#.temp`, keys
-    `dev.<i>.temp` for 10,000 devices."""
-    vhost.declare_exchange("t", "topic", False, False, False, {})
-    vhost.declare_queue("q", False, None, False, {})
-    for i in range(999):
-        vhost.bind_queue("q", "t", f"dev.{i}.#", {})
-    vhost.bind_queue("q", "t", "#.temp", {})
-    keys = [f"dev.{i}.temp".encode() for i in range(KEYS)]
-    ex = vhost.exchanges["t"]
-    assert bench_route_many(ex, keys, KEYS) == KEYS
     per_message(lambda n: bench_route_many(ex, keys, n))
 
 
@@ -66,19 +41,6 @@ def test_route_topic_1000_queues_10k_keys(per_message, vhost):
     ex = vhost.exchanges["t"]
     assert bench_route_many(ex, keys, KEYS) == 1000
     per_message(lambda n: bench_route_many(ex, keys, n))
-
-
-def test_route_headers_100_bindings_1000_header_sets(per_message, vhost):
-    """99 bindings on (dev, kind) and one on kind alone, 1,000 header sets."""
-    vhost.declare_exchange("h", "headers", False, False, False, {})
-    vhost.declare_queue("q", False, None, False, {})
-    for i in range(99):
-        vhost.bind_queue("q", "h", "", {"x-match": "all", "dev": str(i), "kind": "temp"})
-    vhost.bind_queue("q", "h", "", {"x-match": "all", "kind": "temp"})
-    props = [codec.encode_properties({"headers": {"dev": str(i), "kind": "temp"}}, True) for i in range(1000)]
-    ex = vhost.exchanges["h"]
-    assert bench_route_many(ex, [b""], 1000, props) == 1000
-    per_message(lambda n: bench_route_many(ex, [b""], n, props))
 
 
 def test_route_consistent_hash_4_queues_10k_keys(per_message, vhost):

@@ -13,5 +13,6 @@ def per_message(benchmark):
     def run(fn, n=N):
         benchmark(fn, n)
         benchmark.extra_info["messages_per_round"] = n
-        benchmark.extra_info["per_message_ns"] = round(benchmark.stats.stats.mean / n * 1e9, 1)
+        if benchmark.stats is not None:         # None under --benchmark-disable
+            benchmark.extra_info["per_message_ns"] = round(benchmark.stats.stats.mean / n * 1e9, 1)
     return run

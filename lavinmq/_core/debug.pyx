@@ -63,3 +63,24 @@ def count_allocations():
 def allocations():
     """Object allocations since count_allocations()."""
     return _count
+
+
+# The regression gate (benchmarks/gate.py) counts instructions under
+# callgrind with collection toggled on and off by this one C function and a
+# profile dump after each call: what it counts is exactly fn(n), with no
+# interpreter start-up, imports or set-up. noinline keeps the symbol that
+# callgrind's --toggle-collect matches.
+cdef extern from *:
+    """
+    static __attribute__((noinline)) PyObject *
+    lavinmq_gate_measured(PyObject *fn, PyObject *arg)
+    {
+        return PyObject_CallOneArg(fn, arg);
+    }
+    """
+    object lavinmq_gate_measured(object fn, object arg)
+
+
+def gate_measured(fn, n):
+    """fn(n), counted by callgrind when the gate runs it (see above)."""
+    return lavinmq_gate_measured(fn, n)
