@@ -362,7 +362,7 @@ cdef class MessageStore:
     def __cinit__(self, *args, **kwargs):
         self.segs = []
         self.dirty = []
-        self.acks_to_sync = set()
+        self.acks_to_sync = None        # a set once an ack is written (216 bytes an idle queue saves)
 
     def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
                  syncer=None):
@@ -790,8 +790,8 @@ cdef class MessageStore:
             self.sync_marked = False
             return [], None, None
         self.flush_acks()
-        files = list(self.acks_to_sync)
-        self.acks_to_sync.clear()
+        files = list(self.acks_to_sync) if self.acks_to_sync else []
+        self.acks_to_sync = None
         job = None
         if w.id != self.sync_seg or w.size != self.sync_pos:
             ends = []
@@ -1009,6 +1009,8 @@ cdef class MessageStore:
             if self.group_commit is not None:
                 if s.ack_fd < 0:
                     self.sync_dir = True     # the ack file may be new: its name too
+                if self.acks_to_sync is None:
+                    self.acks_to_sync = set()
                 self.acks_to_sync.add(s.ack_path)
             s.flush_pending()
             if s.ack_count == s.msg_count:

@@ -103,6 +103,18 @@ def queue_counters(q):
     return out
 
 
+# the counters of a queue that has never published, delivered or held a
+# message: one dict shared by all of them
+QUIET = dict.fromkeys(("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get",
+                       "ack", "redeliver", "disk_writes", "disk_reads", "messages_ready",
+                       "messages_unacknowledged", "messages"), 0)
+
+
+def is_quiet(q):
+    return not (q.publish_count or q.deliver_count or q.get_count or q.get_empty_count or q.ack_count
+                or q.redeliver_count or q.message_count or q.unacked_count)
+
+
 def sum_counters(dicts):
     out = {}
     for d in dicts:
@@ -168,6 +180,7 @@ class Sampler:
         self.times[tick % RING] = time.time() * 1000
         old, new = self.series, {}
         record = self._record
+        zeros = QUEUE.zeros
         overall = [0] * len(AGGREGATE.fields)
         for vhost in self.server.vhosts.values():
             totals = [0] * len(AGGREGATE.fields)
@@ -175,6 +188,8 @@ class Sampler:
                 values = _queue_values(q)
                 s = old.get(id(q))
                 if s is None or s.obj is not q:
+                    if values == zeros:         # never active: no Series (100k idle queues cost nothing)
+                        continue
                     s = Series(q, QUEUE, tick)
                 new[id(q)] = s
                 record(s, values)
@@ -206,6 +221,9 @@ class Sampler:
         for vhost in self.server.vhosts.values():
             per_vhost = []
             for q in vhost.queues.values():
+                if is_quiet(q):
+                    current[id(q)] = QUIET      # shared: an idle queue allocates nothing here
+                    continue
                 c = queue_counters(q)
                 current[id(q)] = c
                 per_vhost.append(c)
@@ -240,6 +258,8 @@ class Sampler:
         for key, counters in current.items():
             prev = self.prev.get(key)
             if prev is None:
+                continue
+            if prev[1] is counters:             # QUIET then and now: every rate is 0 (absent reads as 0)
                 continue
             dt = now - prev[0]
             if dt > 0:

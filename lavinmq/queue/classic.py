@@ -22,6 +22,12 @@ def make_deduper(arguments):
 
 
 class Queue(CoreQueue):
+    # no per-queue __dict__ (~340 bytes a queue). Never list a name the core
+    # class declares (consumer_timeout, closed ...): a slot would hide it from Cython
+    __slots__ = ("durable", "exclusive_owner", "auto_delete", "arguments", "had_consumers", "direct_reply",
+                 "routing_version", "policy", "operator_policy", "effective_policy_definition", "settings",
+                 "expires", "last_used", "_expires_timer", "default_consumer_timeout",
+                 "__weakref__")
 
     def __init__(self, vhost, name, store, durable=True, exclusive_owner=None,
                  auto_delete=False, arguments=None):
