@@ -5,6 +5,7 @@ unknown (0) rather than an exception, and the memory alarm stays off,
 since a guess from getrusage (the peak, not the current size) would block
 publishers for good after one spike."""
 import os
+import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -24,3 +25,45 @@ def open_fds():
         return len(os.listdir("/proc/self/fd"))
     except OSError:
         return 0
+
+
+# -- giving freed heap back --------------------------------------------------
+
+try:
+    import ctypes
+    _malloc_trim = ctypes.CDLL(None).malloc_trim     # glibc; absent on musl
+    _malloc_trim.argtypes = [ctypes.c_size_t]
+except (OSError, AttributeError):
+    _malloc_trim = None
+
+TRIM_AFTER = 1000       # closed connections that make a trim worth it
+QUIET_FOR = 6.0         # s without a close (the stats sampler lets go of closed ones within 5 s)
+TRIM_AT_MOST = 30.0     # s between trims under steady churn
+_closed = 0
+_last_close = 0.0
+_last_trim = 0.0
+
+
+def released():
+    """A connection went away (its memory is freed now or at the next
+    stats tick)."""
+    global _closed, _last_close
+    _closed += 1
+    _last_close = time.monotonic()
+
+
+def trim_if_due():
+    """From the housekeeping loop. glibc gives freed memory in the middle of
+    its heap back only on malloc_trim: 10,000 connections opened and closed
+    left ~55 MB more resident each round without it. Trim once a burst of
+    closes is over, or every TRIM_AT_MOST seconds while they go on."""
+    global _closed, _last_trim
+    if _closed < TRIM_AFTER or _malloc_trim is None:
+        return False
+    now = time.monotonic()
+    if now - _last_close < QUIET_FOR and now - _last_trim < TRIM_AT_MOST:
+        return False
+    _closed = 0
+    _last_trim = now
+    _malloc_trim(0)
+    return True

@@ -9,7 +9,7 @@ import time
 import orjson
 
 import lavinmq
-from lavinmq import sdnotify
+from lavinmq import process, sdnotify
 from lavinmq.amqp.connection import AMQPConnection
 from lavinmq.process import resident_memory
 from lavinmq.auth.users import UserStore
@@ -178,6 +178,7 @@ class Server:
                     log.exception("heartbeat check failed for %s", conn.name)
             self.check_disk()
             self.check_memory()
+            process.trim_if_due()
             if rounds % UNMAP_EVERY == 0:
                 for vhost in self.vhosts.values():
                     vhost.unmap_idle()

@@ -7,7 +7,7 @@ import platform
 import time
 
 import lavinmq
-from lavinmq import churn
+from lavinmq import churn, process
 from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
@@ -91,6 +91,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self._cleanup()
         self.transport = None
         self.release_buffer()
+        process.released()
         if self.ticket is not None:
             self.ticket.release()
         if self.user is not None and self.phase_opened:
