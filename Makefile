@@ -23,9 +23,13 @@ RPM := dist/lavinmq-$(LAVINMQ_VERSION)-$(RPM_RELEASE).$(RPM_ARCH).rpm
 .PHONY: binary deb rpm clean
 
 ARCH ?=
+ifneq ($(ARCH),)
+ifeq ($(filter $(ARCH),$(DEB_ARCH) $(RPM_ARCH)),)
 ifneq ($(filter $(ARCH),arm64 aarch64),)
-ifneq ($(shell uname -m),aarch64)
 FOREIGN := 1
+else
+$(error ARCH=$(ARCH): this machine builds $(DEB_ARCH) ($(RPM_ARCH)) natively and arm64 (aarch64) under emulation)
+endif
 endif
 endif
 

@@ -4,6 +4,7 @@ ARCH=aarch64` build them inside an arm64 Debian root under emulation
 root and the broker it installed serves pika from this machine, across a
 restart. Slow (minutes: qemu), root needed: the packaging step."""
 import os
+import shutil
 import sys
 
 import pytest
@@ -41,7 +42,7 @@ def arm64_root(tmp_path):
     path = tmp_path / "arm64-root"
     arm64.target_root(str(path))
     yield path
-    sh("rm", "-rf", str(path))
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_arm64_deb_installs_and_serves_pika(arm64_artefacts, arm64_root, tmp_path):
@@ -57,7 +58,7 @@ def test_arm64_deb_installs_and_serves_pika(arm64_artefacts, arm64_root, tmp_pat
     assert installed_version(arm64_root) == version()
     assert passwd(arm64_root, "lavinmq")
     assert in_root(arm64_root, "uname", "-m").stdout.strip() == "aarch64"
-    assert in_root(arm64_root, "/usr/bin/lavinmq", "--version").stdout.strip()
+    assert in_root(arm64_root, "/usr/bin/lavinmq", "--version").stdout.strip() == f"lavinmq {version()}"
     with ChrootBroker(arm64_root) as broker:
         roundtrip(broker.port, leave=b"kept across a restart on arm64")
         broker.stop()
@@ -72,5 +73,4 @@ def test_arm64_rpm(arm64_artefacts, tmp_path):
     assert sh("rpm", "-qp", "--qf", "%{ARCH}", rpm).stdout.strip() == "aarch64"
     sh("sh", "-c", f"rpm2archive - < {rpm} | tar -xz", cwd=str(tmp_path))     # rpm2cpio's package
     assert machine_of(tmp_path / "usr/lib/lavinmq/lavinmq") == "AArch64"
-    assert (tmp_path / "lib/systemd/system/lavinmq.service").exists() or \
-        (tmp_path / "usr/lib/systemd/system/lavinmq.service").exists()
+    assert (tmp_path / "usr/lib/systemd/system/lavinmq.service").is_file()
