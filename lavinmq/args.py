@@ -3,6 +3,21 @@ numbers compared by value (10 == 10.0)."""
 from lavinmq.errors import PreconditionFailed
 
 
+class _Empty(dict):
+    """An empty table that refuses to change: shared by every queue without
+    arguments or policies (three dicts a queue, 19 MB for 100,000 queues).
+    A dict, so that the API serialises it as one."""
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("the shared empty table cannot change: make a dict")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _refuse
+
+
+EMPTY = _Empty()
+
+
 def _norm(v):
     if isinstance(v, bool):
         return v

@@ -16,6 +16,7 @@ import re
 
 import orjson
 
+from lavinmq.args import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 
 try:        # linear-time matching: a pattern from a policymaker must not stall the loop
@@ -223,4 +224,4 @@ class PolicyStore:
                 else:
                     definition[key] = value
                     settings.setdefault(key, value)
-        return policy, op, definition, settings
+        return policy, op, definition or EMPTY, settings or EMPTY

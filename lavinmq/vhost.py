@@ -10,7 +10,7 @@ import base64
 from lavinmq import churn, definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.prio_store import PriorityMessageStore
-from lavinmq._core.segment import MessageStore
+from lavinmq._core.segment import MessageStore, entity_dir
 from lavinmq.args import check_equivalent
 from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
@@ -336,7 +336,8 @@ class VHost:
             # on disk before it is live: a declare-ok never outruns its definition
             self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
                                                arguments or {}))
-        store_dir = os.path.join(self.transient_dir if transient else self.dir, sha1(name))
+        parent = self.transient_dir if transient else self.dir
+        store_dir = entity_dir(parent, name)
         log_name = f"'{name}' in vhost '{self.name}'"
         max_priority = (arguments or {}).get("x-max-priority")
         syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
@@ -347,8 +348,10 @@ class VHost:
                 store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority, syncer)
             else:
                 store = MessageStore(store_dir, self.segment_size, log_name, syncer)
+                # 100,000 idle queues: no path or log-name string of their own
+                store.forget_path(parent, name)
             q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
-            q.default_consumer_timeout = self.consumer_timeout
+            store.log_name = q
         self.queues[name] = q
         self.exchanges[""].queue_added(q)
         if persist:

@@ -19,7 +19,7 @@ cdef class PriorityMessageStore(MessageStore):
 
     def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
                  int max_priority=255, syncer=None):
-        self.dir = directory
+        self._dir = directory
         self.segment_size = segment_size
         self.log_name = log_name or directory
         self.error = None
@@ -161,7 +161,7 @@ cdef class PriorityMessageStore(MessageStore):
 
     def destroy(self):
         self.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.path(), ignore_errors=True)
 
     @property
     def segment_count(self):

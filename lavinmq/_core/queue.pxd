@@ -54,7 +54,7 @@ cdef class Queue:
         public str name
         public object vhost
         public MessageStore store
-        public list consumers       # ConsumerBase, highest priority first
+        public list consumers       # ConsumerBase, highest priority first (NO_CONSUMERS: none yet)
         Py_ssize_t rr               # round-robin cursor
         bint scheduled
         public bint closed
@@ -78,7 +78,7 @@ cdef class Queue:
         readonly int64_t max_length         # -1: none
         readonly int64_t max_length_bytes   # -1: none
         readonly int overflow
-        readonly bytes name_bytes
+        bytes _name_bytes                   # made when dead-lettering first needs it
         readonly bytes dlx                  # None: no dead-lettering
         readonly bytes dlrk                 # None: the message's own routing key
         Exchange dlx_ex
@@ -103,6 +103,7 @@ cdef class Queue:
         # message (its own cursor), not to the shared store
         readonly bint per_consumer_acks
 
+    cdef bytes name_b(self)
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1
     cdef ConsumerBase next_consumer(self)

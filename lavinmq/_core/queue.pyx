@@ -39,6 +39,10 @@ cdef enum:
 cdef list _dl_bufs = [WriteBuffer() for _ in range(MAX_DL_DEPTH)]
 cdef int _dl_depth = 0
 
+# the consumer list of every queue that has none: add_consumer gives a queue
+# its own before inserting (an empty list is 56 bytes, 100,000 queues 5.6 MB)
+cdef list NO_CONSUMERS = []
+
 # the redelivery copy with x-delivery-count is built here: one buffer, reused
 cdef WriteBuffer _count_buf = WriteBuffer()
 
@@ -185,10 +189,9 @@ cdef class Queue:
 
     def __init__(self, str name, vhost, MessageStore store):
         self.name = name
-        self.name_bytes = name.encode("utf-8", "surrogateescape")
         self.vhost = vhost
         self.store = store
-        self.consumers = []
+        self.consumers = NO_CONSUMERS
         self.closed = store.closed      # its data could not be loaded
         self.ttl = -1
         self.max_length = -1
@@ -197,6 +200,16 @@ cdef class Queue:
 
     cdef int schedule(self) except -1:
         return schedule_queue(self)
+
+    cdef bytes name_b(self):
+        # the name as x-death records it: once per queue, not per message
+        if self._name_bytes is None:
+            self._name_bytes = self.name.encode("utf-8", "surrogateescape")
+        return self._name_bytes
+
+    @property
+    def name_bytes(self):
+        return self.name_b()
 
     # -- publish -----------------------------------------------------------------
 
@@ -387,7 +400,7 @@ cdef class Queue:
         if ex is None:
             return 0        # as RabbitMQ: a missing dead-letter exchange drops the message
         wb = <WriteBuffer>_dl_bufs[_dl_depth]
-        n = build_dead_letter(wb, rec, reason, self.name_bytes, self.dlx, self.dlrk, now_ms())
+        n = build_dead_letter(wb, rec, reason, self.name_b(), self.dlx, self.dlrk, now_ms())
         r = wb.buf
         exlen = <unsigned char>r[8]
         po = record_props_offset(r)
@@ -399,7 +412,7 @@ cdef class Queue:
             ex.route(out, r + 10 + exlen, <unsigned char>r[9 + exlen], r + po, n - po)
             for i in range(out.nq):
                 q = <Queue><object>out.queues[i]
-                if q.closed or is_cycle(r, q.name_bytes):
+                if q.closed or is_cycle(r, q.name_b()):
                     continue
                 q.publish(r, n)
         finally:
@@ -621,6 +634,8 @@ cdef class Queue:
             other = self.consumers[i]
             if other.priority < c.priority:
                 break
+        if self.consumers is NO_CONSUMERS:
+            self.consumers = []
         self.consumers.insert(i, c)
         if self.single_active:
             self.subscribed.append(c)
@@ -633,6 +648,8 @@ cdef class Queue:
             self.consumers.remove(c)
         except ValueError:
             pass
+        if not self.consumers:
+            self.consumers = NO_CONSUMERS   # an idle queue holds no list of its own
         if self.single_active:
             if c in self.subscribed:
                 self.subscribed.remove(c)

@@ -51,8 +51,10 @@ cdef class Segment:
 
 cdef class MessageStore:
     cdef:
-        readonly str dir
-        list segs               # Segment or None, index = id - base_id
+        str _dir                # None while the store is idle: then made from these two
+        str dir_parent
+        str dir_name
+        list segs               # Segment or None, index = id - base_id (NO_SEGS: none yet)
         uint32_t base_id
         Segment wseg
         Segment rseg
@@ -67,7 +69,7 @@ cdef class MessageStore:
         public bint track_body
         readonly uint64_t ready_body
         Py_ssize_t segment_size
-        list dirty              # segments with pending ack positions
+        list dirty              # segments with pending ack positions (None: none since the last flush)
         readonly bint closed
         public object log_name
         readonly object error   # why the store could not be opened (queue closed)
@@ -84,6 +86,8 @@ cdef class MessageStore:
         uint64_t commit_seq     # sequence number of the next commit record
         set acks_to_sync        # ack files written since the last flush
 
+    cdef str path(self)
+    cdef list more_segs(self)
     cdef Segment segment(self, uint32_t seg_id)
     cdef int open_new_segment(self, Py_ssize_t min_size) except -1
     cdef int allocate(self, Segment s, Py_ssize_t need) except -1

@@ -1,4 +1,5 @@
 # cython: language_level=3
+import hashlib
 import logging
 import os
 
@@ -356,19 +357,55 @@ cdef inline int sp_cmp(SP a, SP b) noexcept nogil:
     return 0
 
 
+def entity_dir(str parent, str name):
+    """Where a queue keeps its files: LavinMQ's layout, the sha1 of its name."""
+    return os.path.join(parent, hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest())
+
+
+# the segment list of every store that has none yet: a store never appends
+# to it (see more_segs), so 100,000 idle queues share one empty list
+cdef list NO_SEGS = []
+
+
 cdef class MessageStore:
     """All messages of one queue. Not thread-safe: the event loop owns it."""
 
     def __cinit__(self, *args, **kwargs):
-        self.segs = []
-        self.dirty = []
+        self.segs = NO_SEGS
+        self.dirty = None
         self.acks_to_sync = None        # a set once an ack is written (216 bytes an idle queue saves)
+
+    @property
+    def dir(self):
+        return self.path()
+
+    cdef str path(self):
+        if self._dir is None:
+            return entity_dir(self.dir_parent, self.dir_name)
+        return self._dir
+
+    def forget_path(self, str parent, str name):
+        """The store is at entity_dir(parent, name): while it holds no
+        segment it keeps those two (shared with the vhost and the queue)
+        instead of its own path string, and makes the path when it needs it."""
+        if entity_dir(parent, name) != self.path():
+            raise ValueError(f"{self.path()} is not the directory of {name!r} in {parent}")
+        self.dir_parent = parent
+        self.dir_name = name
+        if self.segs is NO_SEGS:
+            self._dir = None
+
+    cdef list more_segs(self):
+        # the list to append a segment to: the store's own
+        if self.segs is NO_SEGS:
+            self.segs = []
+        return self.segs
 
     def __init__(self, str directory, Py_ssize_t segment_size=8 * 1024 * 1024, log_name=None,
                  syncer=None):
         # loading is in __init__ (not __cinit__) so that a store made of
         # other stores (prio_store) can subclass this one without it
-        self.dir = directory
+        self._dir = directory
         self.segment_size = segment_size
         self.log_name = log_name or directory
         self.error = None
@@ -381,7 +418,7 @@ cdef class MessageStore:
                 # never exists without the record that judges it
                 self.sync_seg = self.base_id if self.base_id else 1
                 self.sync_pos = SEGMENT_HEADER
-                commits.write_slot(self.dir, commits.Slot(0, commits.BOOT_ID, self.sync_seg,
+                commits.write_slot(self.path(), commits.Slot(0, commits.BOOT_ID, self.sync_seg,
                                                           SEGMENT_HEADER, []), sync=False)
                 self.commit_seq = 1
                 had_commits = True
@@ -410,19 +447,19 @@ cdef class MessageStore:
     def _load(self):
         """-> (the queue keeps commit records, recovered from a power cut)"""
         cdef Segment s
-        ids = sorted(int(f[5:]) for f in os.listdir(self.dir)
+        ids = sorted(int(f[5:]) for f in os.listdir(self.path())
                      if f.startswith("msgs.") and f[5:].isdigit())
-        had_commits, slot = commits.read_newest(self.dir)
+        had_commits, slot = commits.read_newest(self.path())
         verified = {}
         recovered = had_commits and (slot is None or not slot.intact)
         if recovered:
             # the machine went down since the last commit (or before the
             # first): keep what the commits vouch for (lavinmq/commit.py)
-            keep, remove = commits.recovery_plan(self.dir, ids, slot)
+            keep, remove = commits.recovery_plan(self.path(), ids, slot)
             for seg_id in remove:
                 for name in ("msgs.%010d", "acks.%010d"):
                     try:
-                        os.unlink(os.path.join(self.dir, name % seg_id))
+                        os.unlink(os.path.join(self.path(), name % seg_id))
                     except FileNotFoundError:
                         pass
             verified = {k: v for k, v in keep.items() if v is not None}
@@ -450,10 +487,10 @@ cdef class MessageStore:
                 self.sync_seg, self.sync_pos = self.base_id, SEGMENT_HEADER
         for i, seg_id in enumerate(ids):
             while self.base_id + len(self.segs) < seg_id:
-                self.segs.append(None)
-            s = Segment(seg_id, self.dir)
+                self.more_segs().append(None)
+            s = Segment(seg_id, self.path())
             self.load_segment(s, i == len(ids) - 1, verified.get(seg_id, -1))
-            self.segs.append(s)
+            self.more_segs().append(s)
         for i in range(len(self.segs) - 1):
             s = self.segs[i]
             if s is not None and s.ack_count == s.msg_count:
@@ -590,7 +627,9 @@ cdef class MessageStore:
         else:
             seg_id = self.base_id if self.base_id else 1
             self.base_id = seg_id
-        s = Segment(seg_id, self.dir)
+        if self._dir is None:
+            self._dir = self.path()     # no longer idle: the path is used per segment and commit
+        s = Segment(seg_id, self._dir)
         s.writable = True
         s.capacity = max(self.segment_size, min_size + SEGMENT_HEADER)
         s.fd = c_open(s.path.encode(), O_RDWR | O_CREAT, 0o644)
@@ -626,8 +665,8 @@ cdef class MessageStore:
         s.size = SEGMENT_HEADER
         self.sync_dir = True     # the new file's directory entry must reach the disk too
         while self.base_id + len(self.segs) < seg_id:
-            self.segs.append(None)
-        self.segs.append(s)
+            self.more_segs().append(None)
+        self.more_segs().append(s)
         self.wseg = s
         if self.rseg is None:
             self.rseg = s
@@ -732,7 +771,7 @@ cdef class MessageStore:
         file comes before its first segment; joining later commits the store
         as it stands, synchronously."""
         if syncer is not None and self.group_commit is None:
-            self._start_commits(syncer, os.path.exists(commits.commit_path(self.dir)), False)
+            self._start_commits(syncer, os.path.exists(commits.commit_path(self.path())), False)
         elif syncer is None and self.group_commit is not None:
             self.group_commit = None
             self._stop_commits(False)
@@ -751,10 +790,10 @@ cdef class MessageStore:
         if recovered:
             self._sync_segments()
         try:
-            os.unlink(commits.commit_path(self.dir))
+            os.unlink(commits.commit_path(self.path()))
         except FileNotFoundError:
             pass
-        fsync_dir(self.dir)
+        fsync_dir(self.path())
 
     def _sync_segments(self):
         for x in self.segs:
@@ -764,15 +803,15 @@ cdef class MessageStore:
                     os.fdatasync(fd)
                 finally:
                     os.close(fd)
-        fsync_dir(self.dir)
-        fsync_dir(os.path.dirname(self.dir))
+        fsync_dir(self.path())
+        fsync_dir(os.path.dirname(self.path()))
 
     def _commit_now(self):
         """Synchronous commit of the store as it stands (rare: see callers)."""
         if self.wseg is None:
             return          # no segment yet (a full disk at start): the first write commits
         self._sync_segments()
-        commits.write_slot(self.dir, commits.Slot(self.commit_seq, commits.BOOT_ID, self.wseg.id,
+        commits.write_slot(self.path(), commits.Slot(self.commit_seq, commits.BOOT_ID, self.wseg.id,
                                                   self.wseg.size, []))
         self.commit_seq += 1
         self.sync_seg, self.sync_pos = self.wseg.id, self.wseg.size
@@ -802,10 +841,10 @@ cdef class MessageStore:
                     ends.append((seg_id, s.size))
                 else:
                     ends.append((seg_id, 0))
-            job = (self.dir, self.commit_seq, self.sync_seg, self.sync_pos, ends)
+            job = (self.path(), self.commit_seq, self.sync_seg, self.sync_pos, ends)
             self.commit_seq += 1
             self.sync_seg, self.sync_pos = w.id, w.size
-        directory = self.dir if self.sync_dir else None
+        directory = self.path() if self.sync_dir else None
         self.sync_marked = False
         self.sync_dir = False
         return files, directory, job
@@ -965,6 +1004,8 @@ cdef class MessageStore:
         if s is None:
             return 0
         if s.n_pending == 0:
+            if self.dirty is None:
+                self.dirty = []
             self.dirty.append(s)
         s.add_pending(sp.pos)
         s.ack_count += 1
@@ -1001,7 +1042,7 @@ cdef class MessageStore:
         if not self.dirty:
             return 0
         dirty = self.dirty
-        self.dirty = []
+        self.dirty = None
         for x in dirty:
             s = <Segment>x
             if s.dropped:
@@ -1020,6 +1061,8 @@ cdef class MessageStore:
                 if s.dropped:
                     continue
             if s.flush_pending():
+                if self.dirty is None:
+                    self.dirty = []
                 self.dirty.append(s)    # disk full: try again on the next flush
         return 0
 
@@ -1095,7 +1138,7 @@ cdef class MessageStore:
         """Close and remove every file of the store (queue deleted)."""
         import shutil
         self.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.path(), ignore_errors=True)
 
     @property
     def segment_count(self):

@@ -103,7 +103,7 @@ cdef class StreamStore(MessageStore):
     # -- meta files ------------------------------------------------------------
 
     def _meta_path(self, uint32_t seg_id):
-        return os.path.join(self.dir, "meta.%010d" % seg_id)
+        return os.path.join(self.path(), "meta.%010d" % seg_id)
 
     def _write_meta(self, uint32_t seg_id, uint32_t count, uint64_t first, int64_t first_ts, int64_t last_ts):
         path = self._meta_path(seg_id)
@@ -171,10 +171,10 @@ cdef class StreamStore(MessageStore):
         if prev is not None:
             self.last_offset = self.first_offsets[prev.id] + prev.msg_count - 1
         # meta files of segments that are gone (a crash between the two unlinks)
-        for f in os.listdir(self.dir):
+        for f in os.listdir(self.path()):
             if f.startswith("meta.") and f[5:].isdigit() and int(f[5:]) not in live:
                 try:
-                    os.unlink(os.path.join(self.dir, f))
+                    os.unlink(os.path.join(self.path(), f))
                 except OSError:
                     pass
         self.ready = 0
@@ -408,7 +408,7 @@ cdef class StreamStore(MessageStore):
     # offset (i64 LE), appended; the last entry of a tag wins.
 
     def _offsets_path(self):
-        return os.path.join(self.dir, "consumer_offsets")
+        return os.path.join(self.path(), "consumer_offsets")
 
     def _load_tracked(self):
         try:

@@ -17,7 +17,7 @@ import os
 import time
 
 from lavinmq import churn
-from lavinmq.http.stats import rates_for
+from lavinmq.http.stats import is_quiet, rates_for
 
 PLACE = "LavinMQ Management"
 AUTH_MECHANISMS = [{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
@@ -83,6 +83,9 @@ def queue_extra(q, details=False):
     if q.consumers:
         capacity = sum(1 for c in q.consumers if _has_room(c)) / len(q.consumers)
     idle = idle_since(id(q))
+    if idle is None and is_quiet(q) and getattr(q, "last_used", None) is not None:
+        # never active: the sampler keeps nothing for it, idle since it was declared (or last touched)
+        idle = iso_ms(time.time() - (time.monotonic() - q.last_used))
     out = {"message_bytes": ready_bytes + unacked_bytes,
            "messages_persistent": ready + unacked if durable else 0,
            "message_bytes_persistent": ready_bytes + unacked_bytes if durable else 0,

@@ -104,7 +104,8 @@ def queue_counters(q):
 
 
 # the counters of a queue that has never published, delivered or held a
-# message: one dict shared by all of them
+# message: such a queue has no entry in a sample; this stands for it when
+# it first shows activity
 QUIET = dict.fromkeys(("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get",
                        "ack", "redeliver", "disk_writes", "disk_reads", "messages_ready",
                        "messages_unacknowledged", "messages"), 0)
@@ -155,6 +156,7 @@ class Sampler:
         self.series = {}
         self.task = None
         self.prev = {}          # key -> (time, counters) of the extra counters
+        self.prev_time = None   # when the last sample was taken
         _sampler = self
 
     def start(self):
@@ -218,14 +220,17 @@ class Sampler:
         """The last interval's rates of every counter, and idle_since."""
         now = time.monotonic()
         current = {}
+        fresh = []
         for vhost in self.server.vhosts.values():
             per_vhost = []
             for q in vhost.queues.values():
                 if is_quiet(q):
-                    current[id(q)] = QUIET      # shared: an idle queue allocates nothing here
-                    continue
+                    continue        # no entry at all: 100,000 idle queues cost nothing here
                 c = queue_counters(q)
                 current[id(q)] = c
+                if id(q) not in self.prev:
+                    # it was quiet (or did not exist) at the last sample: every counter was 0
+                    fresh.append(id(q))
                 per_vhost.append(c)
             for ex in vhost.exchanges.values():
                 current[id(ex)] = {"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count}
@@ -254,12 +259,13 @@ class Sampler:
                 io = current[("vhost", conn.vhost.name)]
                 io["recv_oct"] += conn.state.recv_oct
                 io["send_oct"] += conn.state.send_oct
+        if self.prev_time is not None:
+            for key in fresh:
+                self.prev[key] = (self.prev_time, QUIET)
         rates = {}
         for key, counters in current.items():
             prev = self.prev.get(key)
             if prev is None:
-                continue
-            if prev[1] is counters:             # QUIET then and now: every rate is 0 (absent reads as 0)
                 continue
             dt = now - prev[0]
             if dt > 0:
@@ -278,6 +284,7 @@ class Sampler:
         for key in [k for k in churn.IDLE_SINCE if k not in current]:
             del churn.IDLE_SINCE[key]
         self.prev = {key: (now, counters) for key, counters in current.items()}
+        self.prev_time = now
 
     def _track(self, old, new, obj, kind):
         s = old.get(id(obj))

@@ -8,7 +8,7 @@ import os
 import time
 
 from lavinmq._core.queue import Queue as CoreQueue
-from lavinmq.args import check_equivalent
+from lavinmq.args import EMPTY, check_equivalent
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -25,8 +25,8 @@ class Queue(CoreQueue):
     # no per-queue __dict__ (~340 bytes a queue). Never list a name the core
     # class declares (consumer_timeout, closed ...): a slot would hide it from Cython
     __slots__ = ("durable", "exclusive_owner", "auto_delete", "arguments", "had_consumers", "direct_reply",
-                 "routing_version", "policy", "operator_policy", "effective_policy_definition", "settings",
-                 "expires", "last_used", "_expires_timer", "default_consumer_timeout",
+                 "policy", "operator_policy", "effective_policy_definition", "settings",
+                 "expires", "last_used", "_expires_timer",
                  "__weakref__")
 
     def __init__(self, vhost, name, store, durable=True, exclusive_owner=None,
@@ -35,18 +35,17 @@ class Queue(CoreQueue):
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
-        self.arguments = arguments or {}
+        self.arguments = arguments or EMPTY
         self.had_consumers = False
         self.direct_reply = False       # a channel's amq.rabbitmq.reply-to queue
-        self.routing_version = vhost.routing_version
+        self.routing_version = vhost.routing_version    # the core's: dead-lettering checks it
         self.policy = None              # name of the policy that applies
         self.operator_policy = None
-        self.effective_policy_definition = {}
-        self.settings = {}              # policy key -> value in effect
+        self.effective_policy_definition = EMPTY
+        self.settings = EMPTY           # policy key -> value in effect
         self.expires = None             # ms unused before the queue is deleted
         self.last_used = time.monotonic()
         self._expires_timer = None
-        self.default_consumer_timeout = None    # the broker's consumer_timeout setting
         if self.arguments.get("x-single-active-consumer") is True:
             self.set_single_active(True)
         if self.arguments.get("x-message-deduplication") is True:
@@ -83,7 +82,7 @@ class Queue(CoreQueue):
                             overflow=settings.get("overflow", "drop-head"),
                             dlx=dlx, dlrk=settings.get("dead-letter-routing-key") if dlx is not None else None)
         self.set_delivery_limit(settings.get("delivery-limit"))
-        timeout = settings.get("consumer-timeout", self.default_consumer_timeout)
+        timeout = settings.get("consumer-timeout", self.vhost.consumer_timeout)
         self.consumer_timeout = timeout or 0
         expires = settings.get("expires")
         if expires != self.expires:
@@ -168,6 +167,10 @@ class Queue(CoreQueue):
 
     def __hash__(self):
         return id(self)
+
+    def __str__(self):
+        # the store's log name (a string per queue would cost 100,000 queues 8 MB)
+        return f"'{self.name}' in vhost '{self.vhost.name}'"
 
     def __repr__(self):
         return f"<Queue {self.name!r} ready={self.message_count} consumers={self.consumer_count}>"
