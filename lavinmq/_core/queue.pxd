@@ -49,6 +49,29 @@ cdef class ConsumerBase:
     cdef int deliver(self, const char *rec, SP sp, bint redelivered) except -1
 
 
+cdef class QueueExtras:
+    # What only some queues use (TTLs, limits, dead-lettering, a delivery
+    # limit, single active consumer, deduplication): made when a queue first
+    # needs one, so that an idle plain queue does not carry ~130 bytes of it
+    cdef:
+        int64_t ttl                 # ms, -1: none
+        bint msg_ttl                # a message with its own expiration was stored
+        int64_t max_length          # -1: none
+        int64_t max_length_bytes    # -1: none
+        int overflow
+        bytes dlx                   # None: no dead-lettering
+        bytes dlrk                  # None: the message's own routing key
+        Exchange dlx_ex
+        uint64_t dlx_ver
+        uint64_t expiry_at          # ms of the armed head check, 0: none
+        object expiry_timer
+        ConsumerBase active         # the single active consumer
+        list subscribed             # consumers in subscription order (single active only)
+        int64_t delivery_limit      # -1: none
+        CountMap deliveries         # sp -> deliveries so far, with a delivery limit
+        Deduper dedup               # x-message-deduplication, or None
+
+
 cdef class Queue:
     cdef:
         public str name
@@ -58,6 +81,18 @@ cdef class Queue:
         Py_ssize_t rr               # round-robin cursor
         bint scheduled
         public bint closed
+        # queue semantics: `ext` is set when a TTL, a length limit,
+        # dead-lettering or deduplication is on (then x is not None), so
+        # that a queue that uses none pays one test per message
+        readonly bint ext
+        public bint expiry_behind           # expired messages wait: publishers into it are slowed
+        public bint paused                  # delivers nothing (LavinMQ's pause)
+        readonly bint single_active         # x-single-active-consumer (x.active, x.subscribed)
+        # streams: an ack or reject goes to the consumer that got the
+        # message (its own cursor), not to the shared store
+        readonly bint per_consumer_acks
+        QueueExtras x                       # None until the queue needs one of its fields
+        public uint64_t consumer_timeout    # ms, 0: none
         public uint64_t unacked_count
         public uint64_t unacked_bytes
         # counters for stats
@@ -70,39 +105,13 @@ cdef class Queue:
         public uint64_t dead_lettered_count
         public uint64_t rejected_publish_count
         public uint64_t dropped_count
-        # queue semantics: `ext` is set when any is on, so that a queue that
-        # uses none pays one test per message
-        readonly bint ext
-        readonly int64_t ttl                # ms, -1: none
-        public bint msg_ttl                 # a message with its own expiration was stored
-        readonly int64_t max_length         # -1: none
-        readonly int64_t max_length_bytes   # -1: none
-        readonly int overflow
-        bytes _name_bytes                   # made when dead-lettering first needs it
-        readonly bytes dlx                  # None: no dead-lettering
-        readonly bytes dlrk                 # None: the message's own routing key
-        Exchange dlx_ex
-        uint64_t dlx_ver
-        public RoutingVersion routing_version
-        public uint64_t expiry_at           # ms of the armed head check, 0: none
-        public bint expiry_behind           # expired messages wait: publishers into it are slowed
-        public object expiry_timer
-        # consumers and delivery
-        public bint paused                  # delivers nothing (LavinMQ's pause)
-        public bint single_active           # x-single-active-consumer
-        public ConsumerBase active          # the single active consumer
-        public list subscribed              # consumers in subscription order (single active only)
-        readonly int64_t delivery_limit     # -1: none
-        CountMap deliveries                 # sp -> deliveries so far, with a delivery limit
-        public uint64_t consumer_timeout    # ms, 0: none
-        public Deduper dedup                # x-message-deduplication, or None
         public uint64_t deliver_no_ack_count   # part of deliver_count (API: deliver vs deliver_no_ack)
         public uint64_t get_no_ack_count       # part of get_count
         public uint64_t get_empty_count
-        # streams: an ack or reject goes to the consumer that got the
-        # message (its own cursor), not to the shared store
-        readonly bint per_consumer_acks
+        bytes _name_bytes                   # made when dead-lettering first needs it
+        public RoutingVersion routing_version
 
+    cdef QueueExtras extras(self)
     cdef bytes name_b(self)
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1

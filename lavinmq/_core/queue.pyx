@@ -185,6 +185,15 @@ cdef class ConsumerBase:
         raise NotImplementedError
 
 
+cdef class QueueExtras:
+
+    def __cinit__(self):
+        self.ttl = -1
+        self.max_length = -1
+        self.max_length_bytes = -1
+        self.delivery_limit = -1
+
+
 cdef class Queue:
 
     def __init__(self, str name, vhost, MessageStore store):
@@ -193,10 +202,13 @@ cdef class Queue:
         self.store = store
         self.consumers = NO_CONSUMERS
         self.closed = store.closed      # its data could not be loaded
-        self.ttl = -1
-        self.max_length = -1
-        self.max_length_bytes = -1
-        self.delivery_limit = -1
+
+    cdef QueueExtras extras(self):
+        # the queue's extras, made on first need (a setting, a message with
+        # its own TTL): never per message
+        if self.x is None:
+            self.x = QueueExtras()
+        return self.x
 
     cdef int schedule(self) except -1:
         return schedule_queue(self)
@@ -220,7 +232,7 @@ cdef class Queue:
             return self.publish_ext(rec, n)
         if has_prop(rec + record_props_offset(rec), P_EXPIRATION):
             # any queue honours a message's own TTL: from here on this one checks
-            self.msg_ttl = True
+            self.extras().msg_ttl = True
             self.update_ext()
             return self.publish_ext(rec, n)
         if self.store.append(rec, n, &sp):
@@ -233,15 +245,16 @@ cdef class Queue:
     cdef int publish_ext(self, const char *rec, Py_ssize_t n) except -1:
         cdef SP sp
         cdef MessageStore st = self.store
+        cdef QueueExtras x = self.x       # not None: ext is set
         cdef bint own_ttl
-        if self.dedup is not None and self.dedup.seen(rec):
+        if x.dedup is not None and x.dedup.seen(rec):
             return 0        # a duplicate: dropped, and still confirmed
-        if self.overflow != OVERFLOW_DROP_HEAD and (self.max_length >= 0 or self.max_length_bytes >= 0):
-            if ((self.max_length >= 0 and <int64_t>st.ready >= self.max_length)
-                    or (self.max_length_bytes >= 0
-                        and <int64_t>(st.ready_body + record_body_len(rec)) > self.max_length_bytes)):
+        if x.overflow != OVERFLOW_DROP_HEAD and (x.max_length >= 0 or x.max_length_bytes >= 0):
+            if ((x.max_length >= 0 and <int64_t>st.ready >= x.max_length)
+                    or (x.max_length_bytes >= 0
+                        and <int64_t>(st.ready_body + record_body_len(rec)) > x.max_length_bytes)):
                 self.rejected_publish_count += 1
-                if self.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
+                if x.overflow == OVERFLOW_REJECT_PUBLISH_DLX:
                     self.dead_letter(rec, DL_MAXLEN)
                 return PUBLISH_REJECTED
         if st.append(rec, n, &sp):
@@ -249,15 +262,15 @@ cdef class Queue:
         self.publish_count += 1
         own_ttl = has_prop(rec + record_props_offset(rec), P_EXPIRATION)
         if own_ttl:
-            self.msg_ttl = True
-        if self.overflow == OVERFLOW_DROP_HEAD:
+            x.msg_ttl = True
+        if x.overflow == OVERFLOW_DROP_HEAD:
             while self.over_limit():
                 self.drop_head(DL_MAXLEN)
-        if self.ttl >= 0 or own_ttl:
-            if self.ttl == 0 or (own_ttl and record_expiration(rec) == 0):
+        if x.ttl >= 0 or own_ttl:
+            if x.ttl == 0 or (own_ttl and record_expiration(rec) == 0):
                 # deliver now or drop: the delivery pass decides
                 schedule_queue(self)
-            elif self.expiry_at == 0:
+            elif x.expiry_at == 0:
                 self.arm_expiry(now_ms())
         if self.consumers:
             schedule_queue(self)
@@ -265,8 +278,10 @@ cdef class Queue:
 
     cdef int over_limit(self):
         cdef MessageStore st = self.store
-        return ((self.max_length >= 0 and <int64_t>st.ready > self.max_length)
-                or (self.max_length_bytes >= 0 and <int64_t>st.ready_body > self.max_length_bytes))
+        cdef QueueExtras x = self.x
+        return x is not None and (
+            (x.max_length >= 0 and <int64_t>st.ready > x.max_length)
+            or (x.max_length_bytes >= 0 and <int64_t>st.ready_body > x.max_length_bytes))
 
     def drop_head(self, int reason):
         cdef SP sp
@@ -279,9 +294,13 @@ cdef class Queue:
 
     cdef int64_t expires_at(self, const char *rec):
         """When the message expires (ms), -1 never."""
-        cdef int64_t ttl = self.ttl
+        cdef QueueExtras x = self.x
+        cdef int64_t ttl
         cdef int64_t own
-        if self.msg_ttl:
+        if x is None:
+            return -1
+        ttl = x.ttl
+        if x.msg_ttl:
             own = record_expiration(rec)
             if own >= 0 and (ttl < 0 or own < ttl):
                 ttl = own
@@ -336,33 +355,35 @@ cdef class Queue:
             return 0
         if at < <int64_t>(now + EXPIRY_MIN_INTERVAL):
             at = now + EXPIRY_MIN_INTERVAL
-        if self.expiry_at and self.expiry_at <= <uint64_t>at:
+        if self.x.expiry_at and self.x.expiry_at <= <uint64_t>at:
             return 0
-        self.expiry_at = at
+        self.x.expiry_at = at
         self.set_expiry_timer((at - <int64_t>now) / 1000.0)
         return 0
 
     def set_expiry_timer(self, double delay):
-        if self.expiry_timer is not None:
-            self.expiry_timer.cancel()
+        cdef QueueExtras x = self.extras()
+        if x.expiry_timer is not None:
+            x.expiry_timer.cancel()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:        # no loop (tools, unit tests): no time passes either
-            self.expiry_at = 0
+            x.expiry_at = 0
             return
-        self.expiry_timer = loop.call_later(delay, self.on_expiry_timer)
+        x.expiry_timer = loop.call_later(delay, self.on_expiry_timer)
 
     def on_expiry_timer(self):
         cdef uint64_t now = now_ms()
-        self.expiry_timer = None
-        self.expiry_at = 0
+        cdef QueueExtras x = self.extras()
+        x.expiry_timer = None
+        x.expiry_at = 0
         if self.closed:
             return
         try:
             self.expire_head(now, self.next_consumer() is None)
             if self.expiry_behind:
                 self.set_expiry_timer(0)        # the rest on the next loop turn
-                self.expiry_at = now
+                x.expiry_at = now
             else:
                 self.arm_expiry(now)
         except Exception:
@@ -375,10 +396,11 @@ cdef class Queue:
         if reason == DL_EXPIRED:
             self.expired_count += 1
         self.dropped_count += 1
-        if self.dlx is not None:
-            self.dead_letter(rec, reason)
-        if self.deliveries is not None:
-            self.deliveries.remove(sp_key(sp))
+        if self.x is not None:
+            if self.x.dlx is not None:
+                self.dead_letter(rec, reason)
+            if self.x.deliveries is not None:
+                self.x.deliveries.remove(sp_key(sp))
         self.store.delete(sp)
         return 0
 
@@ -391,16 +413,17 @@ cdef class Queue:
         cdef Py_ssize_t n, exlen, po, i
         cdef const char *r
         cdef RouteOut out
-        if self.dlx is None or _dl_depth >= MAX_DL_DEPTH:
+        cdef QueueExtras x = self.x
+        if x is None or x.dlx is None or _dl_depth >= MAX_DL_DEPTH:
             return 0
-        if self.dlx_ex is None or self.dlx_ex.deleted or self.dlx_ver != self.routing_version.value:
-            self.dlx_ex = self.lookup_dead_letter_exchange()
-            self.dlx_ver = self.routing_version.value
-        ex = self.dlx_ex
+        if x.dlx_ex is None or x.dlx_ex.deleted or x.dlx_ver != self.routing_version.value:
+            x.dlx_ex = self.lookup_dead_letter_exchange()
+            x.dlx_ver = self.routing_version.value
+        ex = x.dlx_ex
         if ex is None:
             return 0        # as RabbitMQ: a missing dead-letter exchange drops the message
         wb = <WriteBuffer>_dl_bufs[_dl_depth]
-        n = build_dead_letter(wb, rec, reason, self.name_b(), self.dlx, self.dlrk, now_ms())
+        n = build_dead_letter(wb, rec, reason, self.name_b(), x.dlx, x.dlrk, now_ms())
         r = wb.buf
         exlen = <unsigned char>r[8]
         po = record_props_offset(r)
@@ -431,20 +454,26 @@ cdef class Queue:
                        dlx=None, dlrk=None):
         """Set the queue semantics; None turns one off. Applied at once to
         what the queue holds (a lower limit drops the head, a TTL expires)."""
-        self.ttl = -1 if ttl is None else ttl
-        self.max_length = -1 if max_length is None else max_length
-        self.max_length_bytes = -1 if max_length_bytes is None else max_length_bytes
-        self.overflow = {"reject-publish": OVERFLOW_REJECT_PUBLISH,
-                         "reject-publish-dlx": OVERFLOW_REJECT_PUBLISH_DLX}.get(overflow, OVERFLOW_DROP_HEAD)
-        self.dlx = None if dlx is None else dlx.encode("utf-8", "surrogateescape")
-        self.dlrk = None if dlrk is None else dlrk.encode("utf-8", "surrogateescape")
-        self.dlx_ex = None
-        if self.max_length_bytes >= 0:
+        cdef QueueExtras x
+        cdef int ov = {"reject-publish": OVERFLOW_REJECT_PUBLISH,
+                       "reject-publish-dlx": OVERFLOW_REJECT_PUBLISH_DLX}.get(overflow, OVERFLOW_DROP_HEAD)
+        if (self.x is None and ttl is None and max_length is None and max_length_bytes is None
+                and ov == OVERFLOW_DROP_HEAD and dlx is None):
+            return      # nothing set, nothing was: the queue stays without extras
+        x = self.extras()
+        x.ttl = -1 if ttl is None else ttl
+        x.max_length = -1 if max_length is None else max_length
+        x.max_length_bytes = -1 if max_length_bytes is None else max_length_bytes
+        x.overflow = ov
+        x.dlx = None if dlx is None else dlx.encode("utf-8", "surrogateescape")
+        x.dlrk = None if dlrk is None else dlrk.encode("utf-8", "surrogateescape")
+        x.dlx_ex = None
+        if x.max_length_bytes >= 0:
             self.store.count_body_bytes()
         self.update_ext()
         if self.closed:
             return
-        if self.overflow == OVERFLOW_DROP_HEAD:
+        if x.overflow == OVERFLOW_DROP_HEAD:
             while self.over_limit():
                 self.drop_head(DL_MAXLEN)
             self.store.flush_acks()
@@ -454,14 +483,15 @@ cdef class Queue:
         """Expire the head now and arm the timer (after settings change, or
         at start when messages with their own TTL may be stored)."""
         cdef uint64_t now
-        if self.closed:
+        cdef QueueExtras x = self.x
+        if self.closed or x is None:
             return
         now = now_ms()
-        if self.expiry_timer is not None:
-            self.expiry_timer.cancel()
-            self.expiry_timer = None
-        self.expiry_at = 0
-        if self.ttl >= 0 or self.msg_ttl:
+        if x.expiry_timer is not None:
+            x.expiry_timer.cancel()
+            x.expiry_timer = None
+        x.expiry_at = 0
+        if x.ttl >= 0 or x.msg_ttl:
             self.expire_head(now, not self.consumers)
             self.arm_expiry(now)
 
@@ -469,14 +499,17 @@ cdef class Queue:
         """Messages with their own expiration may be in the store (after a
         restart we don't know): check them at the head."""
         if self.store.ready:
-            self.msg_ttl = True
+            self.extras().msg_ttl = True
             self.ext = True
 
     def stop_timers(self):
-        if self.expiry_timer is not None:
-            self.expiry_timer.cancel()
-            self.expiry_timer = None
-        self.expiry_at = 0
+        cdef QueueExtras x = self.x
+        if x is None:
+            return
+        if x.expiry_timer is not None:
+            x.expiry_timer.cancel()
+            x.expiry_timer = None
+        x.expiry_at = 0
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -491,7 +524,7 @@ cdef class Queue:
         if n == 0 or self.paused:
             return None
         if self.single_active:
-            c = self.active
+            c = self.x.active
             return c if c is not None and c.has_capacity() else None
         for i in range(n):
             idx = (self.rr + i) % n
@@ -509,7 +542,9 @@ cdef class Queue:
         cdef bint redelivered
         cdef const char *rec
         cdef int budget = DELIVERY_BUDGET
-        cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
+        cdef QueueExtras x = self.x
+        cdef bint expiring = self.ext and (x.ttl >= 0 or x.msg_ttl)
+        cdef bint limited = x is not None and x.delivery_limit >= 0
         cdef uint64_t now = now_ms() if expiring or self.consumer_timeout else 0
         if self.paused:
             return 0
@@ -534,7 +569,7 @@ cdef class Queue:
             else:
                 self.unacked_count += 1
                 self.unacked_bytes += sp.size
-                if self.delivery_limit >= 0:
+                if limited:
                     rec = self.count_delivery(rec, sp)
                 c.deliver_time = now
                 c.deliver(rec, sp, redelivered)
@@ -543,25 +578,29 @@ cdef class Queue:
         elif expiring and self.store.ready:
             # no consumer can take more: what had TTL 0 expires now
             self.expire_head(now, True)
-            if self.expiry_behind and self.expiry_timer is None:
+            if self.expiry_behind and x.expiry_timer is None:
                 self.set_expiry_timer(0)
-        elif self.msg_ttl and not self.store.ready and not self.unacked_count:
+        elif x is not None and x.msg_ttl and not self.store.ready and not self.unacked_count:
             # nothing left that could carry its own expiration
-            self.msg_ttl = False
+            x.msg_ttl = False
             self.update_ext()
         return 0
 
     cdef void update_ext(self):
-        self.ext = (self.ttl >= 0 or self.msg_ttl or self.max_length >= 0 or self.max_length_bytes >= 0
-                    or self.dlx is not None or self.dedup is not None)
+        cdef QueueExtras x = self.x
+        self.ext = x is not None and (
+            x.ttl >= 0 or x.msg_ttl or x.max_length >= 0 or x.max_length_bytes >= 0
+            or x.dlx is not None or x.dedup is not None)
 
-    def set_dedup(self, dedup):
-        self.dedup = dedup
+    def set_dedup(self, Deduper dedup):
+        if dedup is not None or self.x is not None:
+            self.extras().dedup = dedup
         self.update_ext()
 
     cdef const char *get(self, SP *sp, bint *redelivered, bint no_ack) except? NULL:
         cdef const char *rec
-        cdef bint expiring = self.ext and (self.ttl >= 0 or self.msg_ttl)
+        cdef QueueExtras x = self.x
+        cdef bint expiring = self.ext and (x.ttl >= 0 or x.msg_ttl)
         cdef uint64_t now = now_ms() if expiring else 0
         while True:
             rec = self.store.shift(sp, redelivered)
@@ -572,7 +611,7 @@ cdef class Queue:
             self.get_count += 1
             if redelivered[0]:
                 self.redeliver_count += 1
-            if self.delivery_limit >= 0 and not no_ack:
+            if x is not None and x.delivery_limit >= 0 and not no_ack:
                 rec = self.count_delivery(rec, sp[0])
         return rec
 
@@ -580,8 +619,9 @@ cdef class Queue:
         """One more delivery of this message; from the second on it carries
         x-delivery-count (the deliveries before this one), as LavinMQ."""
         cdef uint64_t key = sp_key(sp)
-        cdef uint32_t n = self.deliveries.get(key)
-        self.deliveries.put(key, n + 1)
+        cdef CountMap deliveries = self.x.deliveries
+        cdef uint32_t n = deliveries.get(key)
+        deliveries.put(key, n + 1)
         if n == 0:
             return rec
         build_with_int_header(_count_buf, rec, b"x-delivery-count", 16, n)
@@ -593,8 +633,8 @@ cdef class Queue:
         self.unacked_count -= 1
         self.unacked_bytes -= sp.size
         self.ack_count += 1
-        if self.deliveries is not None:
-            self.deliveries.remove(sp_key(sp))
+        if self.x is not None and self.x.deliveries is not None:
+            self.x.deliveries.remove(sp_key(sp))
         self.store.delete(sp)
         schedule_queue(self)
         return 0
@@ -604,16 +644,19 @@ cdef class Queue:
             return 0
         self.unacked_count -= 1
         self.unacked_bytes -= sp.size
+        cdef QueueExtras x = self.x
         if requeue:
-            if self.delivery_limit >= 0 and self.deliveries.get(sp_key(sp)) > self.delivery_limit:
+            if (x is not None and x.delivery_limit >= 0
+                    and x.deliveries.get(sp_key(sp)) > <uint64_t>x.delivery_limit):
                 self.drop(self.store.read(sp), sp, DL_DELIVERY_LIMIT)
             else:
                 self.store.requeue(sp)
         else:
-            if self.dlx is not None:
-                self.dead_letter(self.store.read(sp), DL_REJECTED)
-            if self.deliveries is not None:
-                self.deliveries.remove(sp_key(sp))
+            if x is not None:
+                if x.dlx is not None:
+                    self.dead_letter(self.store.read(sp), DL_REJECTED)
+                if x.deliveries is not None:
+                    x.deliveries.remove(sp_key(sp))
             self.store.delete(sp)
         schedule_queue(self)
         return 0
@@ -638,9 +681,9 @@ cdef class Queue:
             self.consumers = []
         self.consumers.insert(i, c)
         if self.single_active:
-            self.subscribed.append(c)
-            if self.active is None:
-                self.active = c
+            self.x.subscribed.append(c)
+            if self.x.active is None:
+                self.x.active = c
         schedule_queue(self)
 
     def remove_consumer(self, ConsumerBase c):
@@ -650,23 +693,86 @@ cdef class Queue:
             pass
         if not self.consumers:
             self.consumers = NO_CONSUMERS   # an idle queue holds no list of its own
+        cdef QueueExtras x = self.x
         if self.single_active:
-            if c in self.subscribed:
-                self.subscribed.remove(c)
-            if self.active is c:
+            if c in x.subscribed:
+                x.subscribed.remove(c)
+            if x.active is c:
                 # the next in order of subscription takes over
-                self.active = self.subscribed[0] if self.subscribed else None
+                x.active = x.subscribed[0] if x.subscribed else None
                 schedule_queue(self)
 
     def set_single_active(self, bint on):
+        cdef QueueExtras x
+        if not on and self.x is None:
+            return
+        x = self.extras()
         self.single_active = on
-        self.subscribed = list(self.consumers) if on else None
-        self.active = self.subscribed[0] if on and self.subscribed else None
+        x.subscribed = list(self.consumers) if on else None
+        x.active = x.subscribed[0] if on and x.subscribed else None
 
     def set_delivery_limit(self, limit):
-        self.delivery_limit = -1 if limit is None else limit
-        if self.delivery_limit >= 0 and self.deliveries is None:
-            self.deliveries = CountMap()
+        cdef QueueExtras x
+        if limit is None and self.x is None:
+            return
+        x = self.extras()
+        x.delivery_limit = -1 if limit is None else limit
+        if x.delivery_limit >= 0 and x.deliveries is None:
+            x.deliveries = CountMap()
+
+    # the extras as attributes (the API, tools and tests read them)
+
+    @property
+    def ttl(self):
+        return self.x.ttl if self.x is not None else -1
+
+    @property
+    def msg_ttl(self):
+        return self.x is not None and self.x.msg_ttl
+
+    @property
+    def max_length(self):
+        return self.x.max_length if self.x is not None else -1
+
+    @property
+    def max_length_bytes(self):
+        return self.x.max_length_bytes if self.x is not None else -1
+
+    @property
+    def overflow(self):
+        return self.x.overflow if self.x is not None else OVERFLOW_DROP_HEAD
+
+    @property
+    def dlx(self):
+        return self.x.dlx if self.x is not None else None
+
+    @property
+    def dlrk(self):
+        return self.x.dlrk if self.x is not None else None
+
+    @property
+    def delivery_limit(self):
+        return self.x.delivery_limit if self.x is not None else -1
+
+    @property
+    def dedup(self):
+        return self.x.dedup if self.x is not None else None
+
+    @property
+    def active(self):
+        return self.x.active if self.x is not None else None
+
+    @property
+    def subscribed(self):
+        return self.x.subscribed if self.x is not None else None
+
+    @property
+    def expiry_timer(self):
+        return self.x.expiry_timer if self.x is not None else None
+
+    @property
+    def has_extras(self):
+        return self.x is not None
 
     def set_paused(self, bint paused):
         self.paused = paused
