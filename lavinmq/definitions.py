@@ -33,18 +33,23 @@ class DefinitionsFile:
         self.syncer = syncer    # declarations reach the disk with the next confirmed messages
 
     def read(self):
-        """-> list of ((class_id, method_id), args). A damaged tail is cut at
+        """-> list of ((class_id, method_id), args): see frames()."""
+        return list(self.frames())
+
+    def frames(self):
+        """Yield ((class_id, method_id), args). A damaged tail is cut at
         the last whole frame; a whole frame whose arguments do not decode is
         logged and skipped, so one bad definition never takes the ones after
-        it along."""
-        out = []
+        it along. One at a time: a boot with 100,000 queues must not hold
+        every decoded declaration at once (their remains would be scattered
+        between the queues for the life of the process)."""
         if not os.path.exists(self.path):
-            return out
+            return
         with open(self.path, "rb") as f:
             data = f.read()
         if len(data) < 4 or struct.unpack_from("<I", data)[0] != VERSION:
             log.error("%s: unknown version, ignoring the file", self.path)
-            return out
+            return
         pos = 4
         good = pos
         while pos + 7 <= len(data):
@@ -55,17 +60,19 @@ class DefinitionsFile:
             cid, mid = struct.unpack_from(">HH", data, pos + 7)
             if (cid, mid) in KNOWN:
                 try:
-                    out.append(((cid, mid), decode_method(cid, mid, data[pos + 11:end])))
+                    frame = ((cid, mid), decode_method(cid, mid, data[pos + 11:end]))
                 except Exception as exc:
                     log.error("%s: definition frame %d/%d at byte %d does not decode, skipped: %s",
                               self.path, cid, mid, pos, exc)
+                else:
+                    yield frame
+                    frame = None
             pos = end + 1
             good = pos
         if good != len(data):
             log.warning("%s: damaged tail of %d bytes cut", self.path, len(data) - good)
             with open(self.path, "r+b") as f:
                 f.truncate(good)
-        return out
 
     def open(self):
         new = not os.path.exists(self.path) or os.path.getsize(self.path) < 4

@@ -86,8 +86,7 @@ class VHost:
             self.exchanges[name] = exchange_class(type_name)(self, name, durable=True)
 
     def _load(self):
-        frames = self.definitions.read()
-        for key, args in frames:
+        for key, args in self.definitions.frames():
             try:
                 self._replay(key, args)
             except Exception as exc:
