@@ -71,6 +71,7 @@ cdef class MessageStore:
         Py_ssize_t segment_size
         list dirty              # segments with pending ack positions (None: none since the last flush)
         readonly bint closed
+        readonly bint fresh     # the store made its directory: there was nothing to load
         public object log_name
         readonly object error   # why the store could not be opened (queue closed)
         # group commit (lavinmq.sync): set for durable queues when sync is on

@@ -410,8 +410,17 @@ cdef class MessageStore:
         self.log_name = log_name or directory
         self.error = None
         try:
-            os.makedirs(directory, exist_ok=True)
-            had_commits, recovered = self._load()
+            try:
+                os.mkdir(directory)
+                self.fresh = True
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                os.makedirs(directory, exist_ok=True)
+                self.fresh = True
+            # a directory this store made holds nothing to load (a declare
+            # skips the listing and the commit files' lookups)
+            had_commits, recovered = (False, False) if self.fresh else self._load()
             if self.wseg is None and syncer is not None and not had_commits:
                 # a new queue: its commit file comes before its first
                 # segment (journals keep creations in order), so a segment

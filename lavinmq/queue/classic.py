@@ -50,7 +50,7 @@ class Queue(CoreQueue):
             self.set_single_active(True)
         if self.arguments.get("x-message-deduplication") is True:
             self.set_dedup(make_deduper(self.arguments))
-        if os.path.exists(self._paused_path):
+        if not store.fresh and os.path.exists(self._paused_path):
             self.set_paused(True)
 
     @property
