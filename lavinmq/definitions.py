@@ -32,10 +32,6 @@ class DefinitionsFile:
         self.f = None
         self.syncer = syncer    # declarations reach the disk with the next confirmed messages
 
-    def read(self):
-        """-> list of ((class_id, method_id), args): see frames()."""
-        return list(self.frames())
-
     def frames(self):
         """Yield ((class_id, method_id), args). A damaged tail is cut at
         the last whole frame; a whole frame whose arguments do not decode is
@@ -66,7 +62,6 @@ class DefinitionsFile:
                               self.path, cid, mid, pos, exc)
                 else:
                     yield frame
-                    frame = None
             pos = end + 1
             good = pos
         if good != len(data):

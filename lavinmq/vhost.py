@@ -1,6 +1,5 @@
 """A virtual host: its exchanges, queues and bindings, their persistence in
 definitions.amqp, and the stores of its queues."""
-import hashlib
 import logging
 import os
 import secrets
@@ -10,13 +9,14 @@ import base64
 from lavinmq import churn, definitions as defs
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.prio_store import PriorityMessageStore
-from lavinmq._core.segment import MessageStore, entity_dir
+from lavinmq._core.segment import MessageStore, entity_dir, name_digest as sha1  # noqa: F401 (sha1: server, tests)
 from lavinmq.args import check_equivalent
 from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
 from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
+from lavinmq.queue.classic import log_name
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import stream
 
@@ -42,10 +42,6 @@ def delayed_form(arguments):
     return delayed_type, arguments
 
 
-def sha1(name):
-    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()
-
-
 def check_name(kind, name, class_id, method_id):
     if len(name.encode("utf-8", "surrogateescape")) > 255:
         raise PreconditionFailed(f"{kind} name too long", class_id, method_id)
@@ -58,7 +54,7 @@ class VHost:
         self.name = name
         self.consumer_timeout = consumer_timeout    # ms, the broker's default for every queue
         self.syncer = syncer        # lavinmq.sync.Syncer when confirms wait for the disk
-        self.dir = os.path.join(data_dir, sha1(name))
+        self.dir = entity_dir(data_dir, name)
         self.transient_dir = os.path.join(self.dir, "transient")
         self.segment_size = segment_size
         self.routing_version = RoutingVersion()
@@ -240,8 +236,8 @@ class VHost:
         store of their own (kept across restarts when the exchange is durable)."""
         from lavinmq.queue.delayed import DelayedMessages
         qname = "amq.delayed." + ex.name
-        store_dir = os.path.join(self.dir if ex.durable else self.transient_dir, sha1(qname))
-        store = MessageStore(store_dir, self.segment_size, f"'{qname}' in vhost '{self.name}'",
+        store_dir = entity_dir(self.dir if ex.durable else self.transient_dir, qname)
+        store = MessageStore(store_dir, self.segment_size, log_name(qname, self.name),
                              self.syncer if ex.durable else None)
         dq = DelayedMessages(self, ex, store)
         ex.delay_queue = dq
@@ -337,16 +333,16 @@ class VHost:
                                                arguments or {}))
         parent = self.transient_dir if transient else self.dir
         store_dir = entity_dir(parent, name)
-        log_name = f"'{name}' in vhost '{self.name}'"
         max_priority = (arguments or {}).get("x-max-priority")
         syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
         if is_stream:
             q = stream.open_stream(self, name, store_dir, arguments, syncer)
         else:
             if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
-                store = PriorityMessageStore(store_dir, self.segment_size, log_name, max_priority, syncer)
+                store = PriorityMessageStore(store_dir, self.segment_size, log_name(name, self.name),
+                                             max_priority, syncer)
             else:
-                store = MessageStore(store_dir, self.segment_size, log_name, syncer)
+                store = MessageStore(store_dir, self.segment_size, log_name(name, self.name), syncer)
                 # 100,000 idle queues: no path or log-name string of their own
                 store.forget_path(parent, name)
             q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)

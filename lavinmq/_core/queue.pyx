@@ -219,10 +219,6 @@ cdef class Queue:
             self._name_bytes = self.name.encode("utf-8", "surrogateescape")
         return self._name_bytes
 
-    @property
-    def name_bytes(self):
-        return self.name_b()
-
     # -- publish -----------------------------------------------------------------
 
     cdef int publish(self, const char *rec, Py_ssize_t n) except -1:
@@ -720,7 +716,7 @@ cdef class Queue:
         if x.delivery_limit >= 0 and x.deliveries is None:
             x.deliveries = CountMap()
 
-    # the extras as attributes (the API, tools and tests read them)
+    # the extras that the API and tests read, as attributes
 
     @property
     def ttl(self):
@@ -735,40 +731,16 @@ cdef class Queue:
         return self.x.max_length if self.x is not None else -1
 
     @property
-    def max_length_bytes(self):
-        return self.x.max_length_bytes if self.x is not None else -1
-
-    @property
-    def overflow(self):
-        return self.x.overflow if self.x is not None else OVERFLOW_DROP_HEAD
-
-    @property
     def dlx(self):
         return self.x.dlx if self.x is not None else None
-
-    @property
-    def dlrk(self):
-        return self.x.dlrk if self.x is not None else None
 
     @property
     def delivery_limit(self):
         return self.x.delivery_limit if self.x is not None else -1
 
     @property
-    def dedup(self):
-        return self.x.dedup if self.x is not None else None
-
-    @property
     def active(self):
         return self.x.active if self.x is not None else None
-
-    @property
-    def subscribed(self):
-        return self.x.subscribed if self.x is not None else None
-
-    @property
-    def expiry_timer(self):
-        return self.x.expiry_timer if self.x is not None else None
 
     @property
     def has_extras(self):

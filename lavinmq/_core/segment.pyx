@@ -357,9 +357,13 @@ cdef inline int sp_cmp(SP a, SP b) noexcept nogil:
     return 0
 
 
+def name_digest(str name):
+    """A vhost's or a queue's directory name: LavinMQ's layout, the sha1 of its name."""
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def entity_dir(str parent, str name):
-    """Where a queue keeps its files: LavinMQ's layout, the sha1 of its name."""
-    return os.path.join(parent, hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest())
+    return os.path.join(parent, name_digest(name))
 
 
 # the segment list of every store that has none yet: a store never appends

@@ -220,7 +220,6 @@ class Sampler:
         """The last interval's rates of every counter, and idle_since."""
         now = time.monotonic()
         current = {}
-        fresh = []
         for vhost in self.server.vhosts.values():
             per_vhost = []
             for q in vhost.queues.values():
@@ -228,9 +227,9 @@ class Sampler:
                     continue        # no entry at all: 100,000 idle queues cost nothing here
                 c = queue_counters(q)
                 current[id(q)] = c
-                if id(q) not in self.prev:
+                if id(q) not in self.prev and self.prev_time is not None:
                     # it was quiet (or did not exist) at the last sample: every counter was 0
-                    fresh.append(id(q))
+                    self.prev[id(q)] = (self.prev_time, QUIET)
                 per_vhost.append(c)
             for ex in vhost.exchanges.values():
                 current[id(ex)] = {"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count}
@@ -259,9 +258,6 @@ class Sampler:
                 io = current[("vhost", conn.vhost.name)]
                 io["recv_oct"] += conn.state.recv_oct
                 io["send_oct"] += conn.state.send_oct
-        if self.prev_time is not None:
-            for key in fresh:
-                self.prev[key] = (self.prev_time, QUIET)
         rates = {}
         for key, counters in current.items():
             prev = self.prev.get(key)

@@ -13,6 +13,11 @@ from lavinmq.args import EMPTY, check_equivalent
 log = logging.getLogger("lavinmq.queue")
 
 
+def log_name(name, vhost_name):
+    """How the log names a queue (and its store)."""
+    return f"'{name}' in vhost '{vhost_name}'"
+
+
 def make_deduper(arguments):
     """x-message-deduplication's companions, as LavinMQ reads them."""
     from lavinmq._core.dedup import Deduper
@@ -170,7 +175,7 @@ class Queue(CoreQueue):
 
     def __str__(self):
         # the store's log name (a string per queue would cost 100,000 queues 8 MB)
-        return f"'{self.name}' in vhost '{self.vhost.name}'"
+        return log_name(self.name, self.vhost.name)
 
     def __repr__(self):
         return f"<Queue {self.name!r} ready={self.message_count} consumers={self.consumer_count}>"
