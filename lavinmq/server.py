@@ -48,6 +48,8 @@ class Server:
         # built before anything opens: a bad certificate stops the start naming the setting
         self.tls_context = tls.new_context(config) if tls.enabled(config) else None
         self._load_vhosts()
+        from lavinmq.parameters import Parameters
+        self.parameters = Parameters(self)      # shovels, federation: started with the listeners
         fsync_dir(os.path.dirname(os.path.abspath(self.data_dir)))    # the data dir's own name
 
     # -- vhosts ------------------------------------------------------------------
@@ -108,6 +110,7 @@ class Server:
         for conn in list(self.connections):
             if conn.vhost is vhost:
                 conn.close(320, "CONNECTION_FORCED - vhost deleted")
+        self.parameters.vhost_deleted(name)
         vhost.close()
         import shutil
         shutil.rmtree(vhost.dir, ignore_errors=True)
@@ -153,6 +156,7 @@ class Server:
         if self.config.log_exchange:
             from lavinmq import log_exchange
             self.log_handler = log_exchange.install(self)
+        self.parameters.start()
 
     def _listen(self, port, what, setting, ssl_context):
         from lavinmq.listener import Listener, bind_sockets
@@ -288,6 +292,8 @@ class Server:
             await self.http.stop()
         if self._housekeeping:
             self._housekeeping.cancel()
+        # shovels and links first: they let their last confirms arrive and ack them
+        await self.parameters.stop()
         for conn in list(self.connections):
             conn.close()
         # give clients a moment to answer close-ok

@@ -261,7 +261,7 @@ def vhost_of(request):
 
 
 def build_app(server, open_access=False):
-    from lavinmq.http import logs, messages, objects, policies, runtime, metrics, ui
+    from lavinmq.http import logs, messages, objects, parameters, policies, runtime, metrics, shovels, ui
     app = web.Application(middlewares=[errors_and_auth], client_max_size=64 * 1024 * 1024)
     app["server"] = server
     app["open"] = open_access
@@ -272,6 +272,8 @@ def build_app(server, open_access=False):
     runtime.add_routes(app)
     objects.add_routes(app)
     policies.add_routes(app)
+    parameters.add_routes(app)
+    shovels.add_routes(app)
     messages.add_routes(app)
     logs.add_routes(app)
     ui.add_routes(app)

@@ -461,7 +461,7 @@ def _method(get, put=None, delete=None, post=None):
     return dispatch
 
 
-# -- vhost limits and runtime parameters -----------------------------------------------
+# -- vhost limits (runtime parameters: lavinmq.http.parameters) ----------------------------
 
 async def list_vhost_limits(request):
     require(request, MANAGEMENT)
@@ -492,33 +492,8 @@ async def delete_vhost_limit(request):
     return web.Response(status=NO_CONTENT)
 
 
-async def list_parameters(request):
-    # no component (shovel, federation-upstream, ...) is implemented yet: nothing to list
-    require(request, MANAGEMENT)
-    if "vhost" in request.match_info:
-        vhost_of(request)
-    return web.json_response([])
-
-
-async def put_parameter(request):
-    require(request, POLICYMAKER)
-    vhost_of(request)
-    raise HTTPError(400, f"component '{request.match_info['component']}' is not supported by this broker")
-
-
-async def get_parameter(request):
-    require(request, MANAGEMENT)
-    vhost_of(request)
-    raise not_found()
-
-
 def add_limit_and_parameter_routes(app):
     r = app.router
     r.add_get("/api/vhost-limits", list_vhost_limits)
     r.add_get("/api/vhost-limits/{vhost}", list_vhost_limits)
     r.add_route("*", "/api/vhost-limits/{vhost}/{name}", _method(None, put_vhost_limit, delete_vhost_limit))
-    r.add_get("/api/parameters", list_parameters)
-    r.add_get("/api/parameters/{component}", list_parameters)
-    r.add_get("/api/parameters/{component}/{vhost}", list_parameters)
-    r.add_route("*", "/api/parameters/{component}/{vhost}/{name}", _method(get_parameter, put_parameter,
-                                                                          get_parameter))

@@ -1,0 +1,113 @@
+"""Shovels and federation against real peers: two brokers of ours (session
+scope; tests use names of their own), fresh ones for restarts and kills,
+RabbitMQ 3.10 (tests/links/rabbitmq.py) and an aiohttp server as an HTTP
+destination."""
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pika
+import pytest
+
+from tests.conftest import BrokerProcess
+
+
+def call(b, method, path, body=None, user="guest", password="guest"):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(b.http_url + path, data=data, method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read()
+            return resp.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        with e:
+            text = e.read()
+        return e.code, json.loads(text) if text else None
+
+
+def ok(b, method, path, body=None):
+    status, answer = call(b, method, path, body)
+    assert status < 300, f"{method} {path}: {status} {answer}"
+    return answer
+
+
+def wait_for(what, predicate, timeout=20, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+        time.sleep(interval)
+
+
+def queue_depth(b, queue, vhost="%2F"):
+    """Messages in a queue (ready + unacked), read over AMQP (the HTTP
+    figures are sampled); None when the queue does not exist."""
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    try:
+        ch = conn.channel()
+        try:
+            return ch.queue_declare(queue, passive=True).method.message_count
+        except pika.exceptions.ChannelClosedByBroker:
+            return None
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def publish(b, queue, bodies, properties=None, declare=True):
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    if declare:
+        ch.queue_declare(queue, durable=True)
+    ch.confirm_delivery()
+    props = properties or pika.BasicProperties(delivery_mode=2)
+    for body in bodies:
+        ch.basic_publish("", queue, body, props)
+    conn.close()
+
+
+def drain(b, queue, count=None, timeout=10):
+    """Every message in the queue (acked), as (body, properties)."""
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    out = []
+    deadline = time.monotonic() + timeout
+    while count is None or len(out) < count:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            if count is None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+            continue
+        out.append((body, props))
+    conn.close()
+    return out
+
+
+def shovel_state(b, name, vhost="%2F"):
+    status, body = call(b, "GET", f"/api/shovels/{vhost}/{name}")
+    return body if status == 200 else None
+
+
+@pytest.fixture(scope="session")
+def broker_a(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("link-a") / "data").start()
+    yield b
+    b.stop()
+    b.check_clean()
+
+
+@pytest.fixture(scope="session")
+def broker_b(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("link-b") / "data").start()
+    yield b
+    b.stop()
+    b.check_clean()
