@@ -23,6 +23,24 @@ class ParameterError(ValueError):
     """A value its component refuses (400)."""
 
 
+def check(component, name, value, user=None):
+    """The value as its component takes it; ParameterError (400) or
+    PermissionError (403) says why not. user: who sets it (None: the broker
+    itself, e.g. at boot)."""
+    if not isinstance(name, str) or not name or len(name.encode("utf-8", "surrogateescape")) > 255:
+        raise ParameterError("a parameter name must be a string of 1 to 255 bytes")
+    if component == "shovel":
+        from lavinmq.shovel.config import ShovelConfigError, check as check_shovel, check_access
+        try:
+            cfg = check_shovel(value)
+        except ShovelConfigError as exc:
+            raise ParameterError(str(exc)) from None
+        check_access(cfg, user)
+        return cfg
+    raise ParameterError(f"component {component!r} is not supported (shovel, federation-upstream, "
+                         f"federation-upstream-set are)")
+
+
 class ParameterStore:
     """component -> name -> value, in one file."""
 
@@ -87,23 +105,8 @@ class VHostParameters:
         self.store = ParameterStore(vhost.dir)
         self.shovels = ShovelStore(server, vhost, self._shovel_finished)
 
-    # -- checks -------------------------------------------------------------------------
-
     def check(self, component, name, value, user=None):
-        """The value as its component takes it; ParameterError (400) or
-        PermissionError (403) says why not."""
-        if not isinstance(name, str) or not name or len(name.encode("utf-8", "surrogateescape")) > 255:
-            raise ParameterError("a parameter name must be a string of 1 to 255 bytes")
-        if component == "shovel":
-            from lavinmq.shovel.config import ShovelConfigError, check, check_access
-            try:
-                cfg = check(value)
-            except ShovelConfigError as exc:
-                raise ParameterError(str(exc)) from None
-            check_access(cfg, user)
-            return cfg
-        raise ParameterError(f"component {component!r} is not supported (shovel, federation-upstream, "
-                             f"federation-upstream-set are)")
+        return check(component, name, value, user)
 
     # -- changes ------------------------------------------------------------------------
 
@@ -143,6 +146,13 @@ class VHostParameters:
     def listing(self, component=None):
         return [{"name": n, "vhost": self.vhost.name, "component": c, "value": v}
                 for c, n, v in self.store.items(component)]
+
+    def restore(self, component, name, value):
+        """Undo of an import: the value back as it was (None: none)."""
+        if value is None:
+            self.delete(component, name)
+        else:
+            self.set(component, name, value)
 
 
 class Parameters:

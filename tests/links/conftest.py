@@ -111,3 +111,81 @@ def broker_b(tmp_path_factory):
     yield b
     b.stop()
     b.check_clean()
+
+
+class HTTPSink:
+    """An aiohttp server in a thread of its own: records every request
+    (method, path, headers, body) and answers fail_with for the next
+    `failures` requests, then 200, each after `delay` seconds."""
+
+    def __init__(self):
+        import asyncio
+        import threading
+        from aiohttp import web
+        self.requests = []
+        self.failures = 0
+        self.fail_with = 500
+        self.delay = 0
+        self.lock = threading.Lock()
+        self.port = None
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def handle(request):
+            data = await request.read()
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            with self.lock:
+                if self.failures > 0:
+                    self.failures -= 1
+                    status = self.fail_with
+                else:
+                    status = 200
+                self.requests.append({"method": request.method, "path": request.path_qs,
+                                      "headers": dict(request.headers), "body": data, "status": status})
+            return web.Response(status=status, text="ok" if status == 200 else "no")
+
+        async def start():
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", handle)
+            self.runner = web.AppRunner(app, access_log=None)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(start())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def ok_requests(self):
+        with self.lock:
+            return [r for r in self.requests if r["status"] == 200]
+
+    def fail_next(self, n, status=500):
+        with self.lock:
+            self.failures = n
+            self.fail_with = status
+
+    def close(self):
+        import asyncio
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def http_sink():
+    sink = HTTPSink()
+    yield sink
+    sink.close()
