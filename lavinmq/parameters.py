@@ -37,6 +37,12 @@ def check(component, name, value, user=None):
             raise ParameterError(str(exc)) from None
         check_access(cfg, user)
         return cfg
+    if component in ("federation-upstream", "federation-upstream-set"):
+        from lavinmq.federation.upstream import UpstreamError, check_set, check_upstream
+        try:
+            return check_upstream(name, value) if component == "federation-upstream" else check_set(value)
+        except UpstreamError as exc:
+            raise ParameterError(str(exc)) from None
     raise ParameterError(f"component {component!r} is not supported (shovel, federation-upstream, "
                          f"federation-upstream-set are)")
 
@@ -99,11 +105,13 @@ class VHostParameters:
     """The parameters of one vhost and what they run."""
 
     def __init__(self, server, vhost):
+        from lavinmq.federation.manager import Federation
         from lavinmq.shovel.store import ShovelStore
         self.server = server
         self.vhost = vhost
         self.store = ParameterStore(vhost.dir)
         self.shovels = ShovelStore(server, vhost, self._shovel_finished)
+        self.federation = Federation(server, vhost)
 
     def check(self, component, name, value, user=None):
         return check(component, name, value, user)
@@ -123,11 +131,19 @@ class VHostParameters:
             return False
         if component == "shovel":
             self.shovels.remove(name)
+        elif component == "federation-upstream":
+            self.federation.delete_upstream(name)
+        elif component == "federation-upstream-set":
+            self.federation.delete_set(name)
         return True
 
     def _apply(self, component, name, checked):
         if component == "shovel":
             self.shovels.define(name, checked)
+        elif component == "federation-upstream":
+            self.federation.set_upstream(checked)
+        elif component == "federation-upstream-set":
+            self.federation.set_set(name, checked)
 
     def _shovel_finished(self, name):
         self.store.delete("shovel", name)
@@ -139,9 +155,11 @@ class VHostParameters:
                 self._apply(component, name, self.check(component, name, value))
             except (ParameterError, PermissionError) as exc:
                 log.error("vhost %s: parameter %s/%s not applied: %s", self.vhost.name, component, name, exc)
+        self.federation.start()
 
     async def stop(self):
         await self.shovels.stop_all()
+        await self.federation.stop()
 
     def listing(self, component=None):
         return [{"name": n, "vhost": self.vhost.name, "component": c, "value": v}

@@ -62,6 +62,7 @@ class VHost:
         self.queues = {}
         self.connections = set()
         self.limits = {}            # "max-connections", "max-queues"
+        self.federation = None      # lavinmq.federation.manager.Federation while the vhost has upstreams
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"), syncer)
@@ -256,6 +257,8 @@ class VHost:
         del self.exchanges[name]
         ex.deleted = True
         ex.clear_bindings()
+        if self.federation is not None:
+            self.federation.removed(ex, "exchange")
         dq = ex.delay_queue
         if dq is not None:
             ex.delay_queue = None
@@ -359,6 +362,8 @@ class VHost:
 
     def _apply_policy(self, obj, kind):
         obj.apply_effective(*self.policies.effective(obj.name, kind, obj.arguments))
+        if self.federation is not None:
+            self.federation.policy_applied(obj, kind)
 
     def apply_policies(self):
         """Policies changed: every queue and exchange gets what applies now."""
@@ -376,6 +381,8 @@ class VHost:
         ex.effective_policy_definition = definition
         # the exchange's own argument wins over this (the routing core keeps both)
         ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        if self.federation is not None:
+            self.federation.policy_applied(ex, "exchange")
 
     def set_limits(self, limits):
         clean = {}
@@ -419,6 +426,8 @@ class VHost:
         if q.durable and not q.exclusive and persist:
             self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
+        if self.federation is not None:
+            self.federation.removed(q, "queue")
         if persist:
             churn.count("queue_deleted")
         self.exchanges[""].queue_removed(q)

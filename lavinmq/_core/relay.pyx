@@ -581,6 +581,12 @@ cdef class Relay:
         self.dst_body_max = frame_max - 8
         self.dest.frame_max = frame_max + 4096
 
+    def set_received_from(self, bytes plain, bytes redelivered):
+        """Federation: the x-received-from entries (field values, 'F' +
+        table) to append, for messages delivered the first time and again."""
+        self.rf_plain = plain
+        self.rf_redelivered = redelivered
+
     def take_dest(self):
         """Publish frames for the destination since the last call (b"" if none)."""
         if self.dst_out.len == 0:

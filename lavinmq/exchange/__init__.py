@@ -6,6 +6,7 @@ from lavinmq.exchange.consistent_hash import ConsistentHashExchange
 from lavinmq.exchange.default import DefaultExchange
 from lavinmq.exchange.direct import DirectExchange
 from lavinmq.exchange.fanout import FanoutExchange
+from lavinmq.exchange.federation_upstream import FederationUpstreamExchange
 from lavinmq.exchange.headers import HeadersExchange
 from lavinmq.exchange.topic import TopicExchange
 
@@ -15,6 +16,7 @@ EXCHANGE_TYPES = {
     "topic": TopicExchange,
     "headers": HeadersExchange,
     "x-consistent-hash": ConsistentHashExchange,
+    "x-federation-upstream": FederationUpstreamExchange,
 }
 
 __all__ = ["Binding", "ConsistentHashExchange", "DefaultExchange", "DirectExchange", "EXCHANGE_TYPES",

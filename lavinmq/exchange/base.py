@@ -78,6 +78,7 @@ class Exchange(CoreExchange):
         self._add(b)                # may refuse the binding (bad arguments)
         self.bindings[b.key] = b
         self.version.bump()
+        self._bindings_changed()
         return True
 
     def unbind(self, destination, routing_key, arguments):
@@ -88,12 +89,20 @@ class Exchange(CoreExchange):
         self._remove(b)
         del self.bindings[key]
         self.version.bump()
+        self._bindings_changed()
         return True
 
     def remove_destination(self, destination):
         for key in [k for k in self.bindings if k[0] is destination]:
             self._remove(self.bindings.pop(key))
         self.version.bump()
+        self._bindings_changed()
+
+    def _bindings_changed(self):
+        # a federated exchange mirrors its bindings upstream (lavinmq.federation)
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.bindings_changed(self)
 
     def clear_bindings(self):
         """The exchange is deleted: drop every binding (and the matcher's

@@ -261,7 +261,7 @@ def vhost_of(request):
 
 
 def build_app(server, open_access=False):
-    from lavinmq.http import logs, messages, objects, parameters, policies, runtime, metrics, shovels, ui
+    from lavinmq.http import federation, logs, messages, objects, parameters, policies, runtime, metrics, shovels, ui
     app = web.Application(middlewares=[errors_and_auth], client_max_size=64 * 1024 * 1024)
     app["server"] = server
     app["open"] = open_access
@@ -274,6 +274,7 @@ def build_app(server, open_access=False):
     policies.add_routes(app)
     parameters.add_routes(app)
     shovels.add_routes(app)
+    federation.add_routes(app)
     messages.add_routes(app)
     logs.add_routes(app)
     ui.add_routes(app)

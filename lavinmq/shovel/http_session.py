@@ -27,8 +27,9 @@ import orjson
 from lavinmq._core.codec import decode_properties
 from lavinmq._core.relay import Relay
 from lavinmq.client.connection import ClientError, ConnectionClosed, connect
+from lavinmq.client.session import CH
 from lavinmq.client.uri import scrub
-from lavinmq.shovel.amqp_session import CH, CONSUMER_TAG, AMQPSession
+from lavinmq.shovel.amqp_session import CONSUMER_TAG, AMQPSession
 
 log = logging.getLogger("lavinmq.shovel")
 
@@ -91,19 +92,11 @@ class HTTPSession(AMQPSession):
         if stop_after == 0:
             return True
         relay.stop_after = stop_after or 0
-        prefetch = cfg.src_prefetch_count
-        if stop_after and prefetch:
-            prefetch = min(prefetch, stop_after)
-        if cfg.ack_mode != "no-ack":
-            await self.src.qos(CH, prefetch)
+        await self._qos(stop_after)
         self.src.on_read = self._source_read
         self.src.on_method = self._source_method
         self.worker = asyncio.ensure_future(self._post_loop())
-        args = dict(cfg.src_consumer_args)
-        await self.src.consume(CH, queue, CONSUMER_TAG, no_ack=cfg.ack_mode == "no-ack",
-                               exclusive="x-stream-offset" not in args, arguments=args)
-        self.consuming = True
-        self.shovel.running(self.src_uri, self.dest_uri)
+        await self._consume(queue)
         try:
             await asyncio.wait([self.src.closed, self.outcome, self.worker], return_when=asyncio.FIRST_COMPLETED)
         finally:
