@@ -26,7 +26,7 @@ import random
 import socket
 import time
 
-from lavinmq._core.codec import encode_table_bytes
+from lavinmq._core.codec import Long, encode_table_bytes
 from lavinmq._core.relay import Relay
 from lavinmq.client.connection import ChannelClosed, ClientError, connect, describe
 from lavinmq.client.session import CH, RelaySession, declare_queue
@@ -249,7 +249,7 @@ class ExchangeSession(LinkSession):
         await declare_queue(self.src, CONTROL, link.queue_name, arguments=q_args)
         await self._exchange(link.queue_name, "x-federation-upstream", True, True, True, {
             "x-downstream-name": socket.gethostname(), "x-downstream-vhost": link.vhost.name,
-            "x-internal-purpose": "federation", "x-max-hops": up.max_hops})
+            "x-internal-purpose": "federation", "x-max-hops": Long(up.max_hops)})     # RabbitMQ wants a long
         await self.src.queue_bind(CONTROL, link.queue_name, link.queue_name, "")
         await self.sync()
         await self.prepare_local()
