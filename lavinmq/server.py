@@ -294,6 +294,16 @@ class Server:
             self._housekeeping.cancel()
         # shovels and links first: they let their last confirms arrive and ack them
         await self.parameters.stop()
+        # no more publishes are read; what was stored is confirmed before the
+        # connections close, so that publishers (a shovel) resend only what was not
+        for conn in list(self.connections):
+            if conn.transport is not None and not conn.transport.is_closing():
+                try:
+                    conn.transport.pause_reading()
+                except (RuntimeError, AttributeError):
+                    pass
+        if self.syncer is not None:
+            await self.syncer.close()
         for conn in list(self.connections):
             conn.close()
         # give clients a moment to answer close-ok

@@ -300,6 +300,16 @@ class Connection(asyncio.Protocol):
     async def cancel(self, ch, tag):
         await self.call(ch, 60, 30, (tag, False), (60, 31))
 
+    def close_now(self):
+        """connection.close and the socket closed after what is buffered
+        (acks) has gone out; no wait for close-ok."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self.closed.done():
+            self.send(0, 10, 50, (200, "OK", 0, 0))
+        self._fail(ConnectionClosed("closed", 200))
+        self.transport.close()
+
     async def close(self, timeout=CLOSE_TIMEOUT):
         """connection.close, waiting (a while) for close-ok."""
         if self.transport is None or self.transport.is_closing():

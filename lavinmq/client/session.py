@@ -132,10 +132,14 @@ class RelaySession:
         close. Else close at once: the source requeues what was not acked."""
         if graceful:
             await self.stop_consuming(timeout)
+        elif self.src is not None and self.relay is not None and not self.src.closed.done():
+            self._flush_acks()      # what the destination confirmed before it failed: fewer redeliveries
         for conn in (self.src, self.dst):
             if conn is not None:
                 if graceful and not conn.closed.done():
                     await conn.close(timeout=min(timeout, 2.0))
+                elif conn is self.src:
+                    conn.close_now()
                 elif conn.transport is not None:
                     conn.abort(ConnectionClosed("closed", 200))
 
