@@ -13,16 +13,18 @@ def body(i):
     return b"%08d" % i
 
 
-def fill(b, queue, n, start=0, chunk=20_000):
-    """n persistent messages (bodies start..start+n-1) in a durable queue,
+def fill(b, queue, n, start=0, chunk=20_000, exchange=None):
+    """n persistent messages (bodies start..start+n-1) in a durable queue
+    (or published to an exchange with the queue's name as routing key),
     all confirmed when this returns."""
     c = RawClient(b.host, b.port)
     c.open_channel(1)
-    c.send(1, commands.Queue.Declare(queue=queue, durable=True))
-    c.expect(commands.Queue.DeclareOk)
+    if exchange is None:
+        c.send(1, commands.Queue.Declare(queue=queue, durable=True))
+        c.expect(commands.Queue.DeclareOk)
     c.send(1, commands.Confirm.Select())
     c.expect(commands.Confirm.SelectOk)
-    template = publish_frames(1, "", queue, body(0), commands.Basic.Properties(delivery_mode=2))
+    template = publish_frames(1, exchange or "", queue, body(0), commands.Basic.Properties(delivery_mode=2))
     head = template[:-9]        # the body frame ends the message: 8 bytes of body, then frame-end
     for first in range(start, start + n, chunk):
         c.sendall(b"".join(head + body(i) + b"\xce" for i in range(first, min(first + chunk, start + n))))

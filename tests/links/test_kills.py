@@ -104,3 +104,39 @@ def test_broker_running_the_shovel_killed(pair):
     wait_for("running after the restart", lambda: (s := shovel_state(src, name)) and s["state"] == "running")
     check_all_arrived(src, dst, src_q, dst_q, "broker running the shovel killed")
     assert call(src, "GET", f"/api/parameters/shovel/%2F/{name}")[0] == 200
+
+
+def test_federation_upstream_killed(pair):
+    """Exchange federation: the upstream's federation queue holds what was
+    published while the downstream was away; the upstream is killed while
+    the link drains it, and the link reconnects and finishes."""
+    up, down = pair
+    prefix = unique("fk")
+    ex, local_q = prefix + ".x", unique("local")
+    ok(down, "PUT", f"/api/parameters/federation-upstream/%2F/{prefix}",
+       {"value": {"uri": up.url, "reconnect-delay": 1, "prefetch-count": PREFETCH}})
+    ok(down, "PUT", f"/api/policies/%2F/{prefix}", {"pattern": f"^{prefix}", "apply-to": "exchanges",
+                                                      "definition": {"federation-upstream": prefix}})
+    import pika
+    conn = pika.BlockingConnection(pika.URLParameters(down.url))
+    ch = conn.channel()
+    ch.exchange_declare(ex, "fanout", durable=True)
+    ch.queue_declare(local_q, durable=True)
+    ch.queue_bind(local_q, ex, "")
+    conn.close()
+
+    def link():
+        found = [lk for lk in ok(down, "GET", "/api/federation-links") if lk["resource"] == ex]
+        return found[0] if found else None
+
+    wait_for("link running", lambda: (lk := link()) and lk["status"] == "running")
+    fed_q = next(q["name"] for q in ok(up, "GET", "/api/queues/%2F") if q["name"].startswith("federation: "))
+    assert down.stop() == 0         # the upstream queue buffers meanwhile
+    fill(up, "any", N, exchange=ex)
+    assert queue_depth(up, fed_q) == N
+    down.start()
+    kill_mid_transfer(up, down, local_q)
+    wait_for("error shown", lambda: (lk := link()) and lk["status"] == "error" and lk["error"])
+    up.start()
+    wait_for("running again", lambda: (lk := link()) and lk["status"] == "running", timeout=30)
+    check_all_arrived(up, down, fed_q, local_q, "federation upstream killed")
