@@ -122,7 +122,8 @@ class Shovel:
                "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.timestamp)),
                "src_uri": scrub(cfg.src_uris[0]), "dest_uri": scrub(cfg.dest_uris[0]),
                "src_protocol": "amqp091", "dest_protocol": "http" if cfg.http else "amqp091",
-               "ack_mode": cfg.ack_mode}
+               "ack_mode": cfg.ack_mode, "src_prefetch_count": cfg.src_prefetch_count,
+               "src_delete_after": cfg.src_delete_after, "reconnect_delay": cfg.reconnect_delay}
         for key, value in (("src_queue", cfg.src_queue), ("src_exchange", cfg.src_exchange),
                            ("src_exchange_key", cfg.src_exchange_key), ("dest_queue", cfg.dest_queue),
                            ("dest_exchange", cfg.dest_exchange), ("dest_exchange_key", cfg.dest_exchange_key)):
