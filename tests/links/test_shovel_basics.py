@@ -159,3 +159,27 @@ def test_wrong_password_is_an_error_with_the_reason(broker_a, broker_b):
     state = wait_for("error", lambda: (s := shovel_state(broker_a, name)) and s["state"] == "error" and s)
     assert "403" in state["error"] and "wrong" not in state["error"]
     ok(broker_a, "DELETE", f"/api/parameters/shovel/%2F/{name}")
+
+
+def test_answers_match_the_openapi_document(broker_a, broker_b):
+    import jsonschema
+    doc = ok(broker_a, "GET", "/api/openapi.json")
+    name, prefix = unique("shovel"), unique("doc")
+    ok(broker_a, "PUT", f"/api/parameters/shovel/%2F/{name}",
+       {"value": {"src-uri": "amqp://", "src-queue": unique("q"), "dest-uri": broker_b.url, "dest-queue": "q"}})
+    ok(broker_a, "PUT", f"/api/parameters/federation-upstream/%2F/{prefix}", {"value": {"uri": broker_b.url}})
+    ok(broker_a, "PUT", f"/api/policies/%2F/{prefix}", {"pattern": f"^{prefix}", "apply-to": "exchanges",
+                                                          "definition": {"federation-upstream": prefix}})
+    ok(broker_a, "PUT", f"/api/exchanges/%2F/{prefix}.x", {"type": "fanout", "durable": True})
+    wait_for("link", lambda: any(lk["resource"] == f"{prefix}.x" for lk in ok(broker_a, "GET", "/api/federation-links")))
+    for path in ("/api/shovels", "/api/federation-links", "/api/parameters"):
+        schema = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        root = {"$ref": "#/$defs/t", "$defs": {"t": schema}, "components": doc["components"]}
+        for suffix in ("", "?page=1&page_size=2"):
+            body = ok(broker_a, "GET", path + suffix)
+            assert body, path
+            jsonschema.Draft202012Validator(root).validate(body)
+    ok(broker_a, "DELETE", f"/api/policies/%2F/{prefix}")
+    ok(broker_a, "DELETE", f"/api/exchanges/%2F/{prefix}.x")
+    ok(broker_a, "DELETE", f"/api/parameters/federation-upstream/%2F/{prefix}")
+    ok(broker_a, "DELETE", f"/api/parameters/shovel/%2F/{name}")
