@@ -16,7 +16,7 @@ import re
 
 import orjson
 
-from lavinmq.args import EMPTY
+from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 
 try:        # linear-time matching: a pattern from a policymaker must not stall the loop
@@ -156,7 +156,7 @@ class PolicyStore:
         existed = name in table
         table[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
         self._save(filename, table)
-        self.vhost.apply_policies()
+        self.apply_all()
         return existed
 
     def delete(self, name, operator=False):
@@ -165,7 +165,7 @@ class PolicyStore:
         if table.pop(name, None) is None:
             return False
         self._save(filename, table)
-        self.vhost.apply_policies()
+        self.apply_all()
         return True
 
     def _table(self, operator):
@@ -225,3 +225,33 @@ class PolicyStore:
                     definition[key] = value
                     settings.setdefault(key, value)
         return policy, op, definition or EMPTY, settings or EMPTY
+
+    # -- applying -----------------------------------------------------------------
+
+    def apply_to_queue(self, q):
+        q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+        self._federation_follows(q, "queue")
+
+    def apply_to_exchange(self, ex):
+        policy, _, definition, settings = self.effective(ex.name, "exchange", ex.arguments)
+        ex.policy = policy.name if policy else None
+        ex.effective_policy_definition = definition
+        # the exchange's own argument wins over this (the routing core keeps both)
+        ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        self._federation_follows(ex, "exchange")
+
+    def _federation_follows(self, obj, kind):
+        # federation-upstream(-set) keys make links (lavinmq.federation), while the vhost has upstreams
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.policy_applied(obj, kind)
+
+    def apply_all(self):
+        """Policies changed: every queue and exchange gets what applies now."""
+        for q in list(self.vhost.queues.values()):
+            try:
+                self.apply_to_queue(q)
+            except Exception:
+                log.exception("vhost %s: applying policies to queue %s failed", self.vhost.name, q.name)
+        for ex in self.vhost.exchanges.values():
+            self.apply_to_exchange(ex)

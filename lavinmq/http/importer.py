@@ -10,7 +10,7 @@ from lavinmq.auth.password import algorithm_name, check_hash
 from lavinmq.auth.users import Permissions
 from lavinmq.errors import AMQPError
 from lavinmq.exchange import exchange_class
-from lavinmq.http.app import HTTPError
+from lavinmq.http.helpers import HTTPError
 
 KNOWN_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512",
                     "rabbit_password_hashing_md5", "sha256", "sha512", "md5", "SHA256", "SHA512", "MD5")

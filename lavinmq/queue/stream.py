@@ -12,7 +12,7 @@ import orjson
 from lavinmq._core.codec import Timestamp
 from lavinmq._core.stream import StreamConsumer, StreamQueue as CoreStreamQueue
 from lavinmq._core.stream_store import StreamStore
-from lavinmq.args import check_equivalent
+from lavinmq.arguments import check_equivalent
 from lavinmq.errors import PreconditionFailed
 
 # arguments that mean nothing to a stream (LavinMQ refuses the same ones)

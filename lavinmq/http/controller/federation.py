@@ -1,8 +1,8 @@
 """/api/federation-links[/{vhost}]: each federation link (one per upstream
 and federated exchange or queue) and its status, as LavinMQ lists them.
 Upstreams and sets are parameters (lavinmq.http.parameters)."""
-from lavinmq.http.app import MANAGEMENT, listing, require
-from lavinmq.http.parameters import params_of, visible_vhosts
+from lavinmq.http.controller.parameters import params_of
+from lavinmq.http.helpers import MANAGEMENT, listing, require, visible_vhosts
 
 
 async def list_links(request):

@@ -4,16 +4,9 @@ them. The values live in lavinmq.parameters, which checks them and starts
 what they define; these routes check who may do what (policymakers)."""
 from aiohttp import web
 
-from lavinmq.http.app import HTTPError, POLICYMAKER, body_json, listing, not_found, require, vhost_of
+from lavinmq.http.helpers import (HTTPError, POLICYMAKER, body_json, listing, not_found, require, vhost_of,
+                                  visible_vhosts)
 from lavinmq.parameters import ParameterError
-
-
-def visible_vhosts(request):
-    server = request.app["server"]
-    user = request["user"]
-    if "vhost" in request.match_info:
-        return [vhost_of(request)]
-    return [v for n, v in server.vhosts.items() if user.is_administrator or user.can_access(n)]
 
 
 def params_of(request, vhost):

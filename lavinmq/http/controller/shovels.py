@@ -4,8 +4,8 @@ its message, terminated) and LavinMQ's pause/resume, plus restart (PUT
 Shovels are defined with PUT /api/parameters/shovel/{vhost}/{name}."""
 from aiohttp import web
 
-from lavinmq.http.app import HTTPError, POLICYMAKER, listing, not_found, require, vhost_of
-from lavinmq.http.parameters import params_of, visible_vhosts
+from lavinmq.http.controller.parameters import params_of
+from lavinmq.http.helpers import HTTPError, POLICYMAKER, listing, not_found, require, vhost_of, visible_vhosts
 
 
 async def list_shovels(request):
