@@ -221,6 +221,7 @@ cdef class Relay:
         readonly uint64_t nacked            # publishes the destination refused
         uint64_t nack_floor                 # the first refused publish: confirms never pass it
         readonly uint64_t skipped           # past stop_after: left unacked at the source
+        public uint64_t max_collect         # collect mode: the largest body held whole
 
     def __init__(self, uint16_t src_channel, uint16_t dst_channel, uint32_t dst_frame_max, str ack_mode,
                  bytes dest_exchange=None, bytes dest_key=None, bint collect=False, received_from=None,
@@ -250,6 +251,7 @@ cdef class Relay:
             self.rf_plain, self.rf_redelivered = received_from
         self.max_hops = max_hops
         self.stop_after = stop_after
+        self.max_collect = 128 * 1024 * 1024
         self.next_seq = 1
         self.nack_floor = 0xFFFFFFFFFFFFFFFF
         self.phase = EXPECT_METHOD
@@ -302,6 +304,9 @@ cdef class Relay:
         if n < 14:
             raise FrameError("truncated content header")
         size = be64(p + 4)
+        if self.collect and size > self.max_collect and not self.cur_skip:
+            # a body is held whole only up to this: a peer cannot make us hold more
+            raise FrameError(f"a message of {size} bytes is over {self.max_collect} (max_message_size)")
         self.body_left = size
         if self.cur_skip:
             self.skipped += 1

@@ -82,6 +82,7 @@ class HTTPSession(AMQPSession):
         cfg = self.config
         name = self.shovel.name
         self.relay = relay = Relay(CH, CH, 131072, cfg.ack_mode, collect=True)
+        relay.max_collect = self.server.config.max_message_size
         self.http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT),
             headers={"User-Agent": "LavinMQ", "X-Shovel": header_value(name)})
@@ -176,7 +177,7 @@ class HTTPSession(AMQPSession):
         try:
             async with self.http.post(self.base + path, data=body, headers=headers, auth=self.auth,
                                       allow_redirects=False) as resp:
-                await resp.read()
+                resp.release()      # the answer's body is not read: its size is the endpoint's to choose
                 if not 200 <= resp.status < 300:
                     raise ClientError(f"{self.scrubbed} answered {resp.status} {resp.reason or ''}".rstrip())
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:

@@ -45,7 +45,11 @@ class AllocBroker:
 
 def test_a_shovel_allocates_nothing_per_message(tmp_path):
     dest = BrokerProcess(tmp_path / "dest").start()
-    src = AllocBroker(tmp_path / "src")
+    try:
+        src = AllocBroker(tmp_path / "src")
+    except BaseException:
+        dest.stop()
+        raise
     try:
         value = {"src-uri": "amqp://", "dest-uri": dest.url, "ack-mode": "on-confirm"}
         # warm-up: a first shovel fills the caches and buffers a transfer uses

@@ -265,3 +265,12 @@ def test_no_python_object_per_message():
     per_message = (debug.allocations() - before) / 100_000
     assert r.messages == 110_000 and r.acked_tag == 110_000
     assert per_message < 0.02, f"{per_message:.4f} allocations per message"
+
+
+def test_collect_mode_refuses_a_body_over_its_limit():
+    r = Relay(1, 1, 131072, "on-confirm", collect=True)
+    r.max_collect = 1000
+    r.source.feed(delivery(1, b"x" * 1000))
+    assert len(r.take_messages()) == 1
+    with pytest.raises(FrameError, match="over 1000"):
+        r.source.feed(delivery(2, b"x" * 1001))
