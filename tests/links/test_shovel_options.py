@@ -137,6 +137,7 @@ def test_export_and_import(tmp_path, broker_a, broker_b):
         ok(c, "POST", "/api/definitions", {"parameters": [p for p in exported["parameters"] if p["name"] == name]})
         assert ok(c, "GET", f"/api/parameters/shovel/%2F/{name}")["value"] == value
         publish(broker_a, src_q, [b"via import"])
+        wait_for("moved", lambda: queue_depth(broker_b, dest_q) == 1)
         assert [b for b, _ in drain(broker_b, dest_q, 1)] == [b"via import"]
         bad = {"parameters": [{"name": "x", "vhost": "/", "component": "shovel", "value": {"src-uri": "amqp://"}}],
                "queues": [{"name": unique("q"), "vhost": "/", "durable": True}]}
