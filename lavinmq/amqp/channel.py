@@ -135,9 +135,21 @@ class AMQPChannel(CoreChannel):
         queue = self._queue_name(queue)
         self.can_write(queue, "queue", 50, 20)
         self.can_read(exchange, "exchange", 50, 20)
-        self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
-        if not nowait:
+        replay = self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
+        if nowait:
+            return
+        if replay is None:
             self.send(50, 21)
+        else:
+            # stored messages of a persistent exchange are being copied:
+            # the bind-ok says they are in the queue
+            replay.when_done(self._bind_ok)
+
+    def _bind_ok(self):
+        if self.closing or self.state.closed:
+            return
+        self.send(50, 21)
+        self.connection.flush()
 
     def queue_unbind(self, args):
         _, queue, exchange, rk, arguments = args
