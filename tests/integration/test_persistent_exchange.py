@@ -75,6 +75,12 @@ def test_kept_without_bindings_and_x_persist_messages_keeps_the_newest(own):
     kept = shape["persist"]
     assert (kept["messages"], kept["first_offset"], kept["last_offset"], kept["max_messages"]) == (3, 4, 6, 3)
     assert kept["bytes"] > 3 * len(b"m4")
+    # a mandatory publish no binding routes is kept, and still returned
+    ch.queue_unbind(q, ex, "#", arguments={"x-from": 0})
+    ch.confirm_delivery()
+    with pytest.raises(pika.exceptions.UnroutableError):
+        ch.basic_publish(ex, "k", b"m7", mandatory=True)
+    assert call(own, "GET", f"/api/exchanges/%2F/{ex}")[1]["persist"]["last_offset"] == 7
     ch.exchange_delete(ex)
     c.close()
 
