@@ -3,6 +3,7 @@ x-persist-ms keep what an exchange of any type receives, bound or not;
 a new binding with x-head, x-tail or x-from gets stored messages first,
 each with its x-offset header, then new ones in order. The stored messages
 survive a restart and a kill -9; the API shows them; bad arguments get 406."""
+import io
 import os
 from decimal import Decimal
 import threading
@@ -11,6 +12,7 @@ import time
 import pika
 import pytest
 
+from lavinmq import ctl
 from lavinmq._core.segment import name_digest
 from tests.conftest import unique
 from tests.integration.test_http_api import call
@@ -386,7 +388,14 @@ def test_definitions_keep_the_arguments_and_delete_removes_the_store(own):
     assert mine[0]["arguments"] == {"x-persist-messages": 7, "x-persist-ms": 86400000}
     binding = [b for b in exported["bindings"] if b["source"] == ex]
     assert binding[0]["arguments"] == {"x-tail": 2}
-    # imported again under another name in a new vhost: a persistent exchange there
+    # lavinmqctl's flags, as avalanchemqctl's
+    out = io.StringIO()
+    made = unique("ctl")
+    assert ctl.main(["-U", own.http_url, "create_exchange", "fanout", made, "--persist-messages", "9",
+                     "--persist-ms", "1000"], out=out) == 0
+    assert call(own, "GET", f"/api/exchanges/%2F/{made}")[1]["persist"]["max_messages"] == 9
+    ch.exchange_delete(made)
+    # imported again in a new vhost: a persistent exchange there
     vhost = unique("vh")
     assert call(own, "PUT", f"/api/vhosts/{vhost}")[0] in (201, 204)
     assert call(own, "PUT", f"/api/permissions/{vhost}/guest",
