@@ -131,6 +131,10 @@ def bind_with_replay(vhost, ex, queue, routing_key, arguments):
     """A queue binding that asks for stored messages. -> its ReplayJob when
     the copy goes on in the background, None when it was done at once (or
     the binding existed already: nothing is copied twice)."""
+    if ex.persist.store.closed:
+        # its store could not be opened: nothing to copy
+        ex.bind(queue, routing_key, arguments)
+        return None
     held = ex.bind_held(queue, routing_key, arguments)
     if held is None:
         return None

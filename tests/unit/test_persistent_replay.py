@@ -99,3 +99,24 @@ def test_selection_of_x_head_x_tail_x_from():
     for key, value, want in cases:
         assert persistent.select(held, key, value) == (*want, 21), (key, value)
     assert persistent.select(Window(1, 0), "x-from", 0) == (1, 0, 1)
+
+
+def test_a_damaged_store_closes_only_what_the_exchange_keeps(tmp_path):
+    v = VHost("/", str(tmp_path), segment_size=4096)
+    v.declare_exchange("px", "direct", True, False, False, {"x-persist-messages": 1000})
+    v.declare_queue("q", True, None, False, {})
+    v.bind_queue("q", "px", "k", {})
+    for i in range(200):                                          # several segments
+        publish(v, "px", b"message %d" % i)
+    store_dir = v.exchanges["px"].persist.store.dir
+    v.close()
+    with open(f"{store_dir}/msgs.0000000001", "r+b") as f:       # a schema version it does not know
+        f.write(struct.pack("<I", 99))
+    v = VHost("/", str(tmp_path), segment_size=4096)
+    ex = v.exchanges["px"]
+    assert ex.persist.store.closed and ex.persist.stats()[0] == 0
+    assert publish(v, "px", b"routed") == [v.queues["q"]]         # the exchange routes on
+    v.declare_queue("q2", False, None, False, {})
+    assert v.bind_queue("q2", "px", "k", {"x-from": 0}) is None   # nothing to copy, bound
+    assert publish(v, "px", b"again") == [v.queues["q"], v.queues["q2"]]
+    v.close()
