@@ -5,11 +5,14 @@
 # (StreamStore retention), so it may hold a few messages more than
 # x-persist-messages / x-persist-ms allow: window_start() says where what
 # the exchange holds begins, and only that is counted and replayed.
-from libc.stdint cimport uint64_t, int64_t
+from libc.stdint cimport uint16_t, uint32_t, uint64_t, int64_t
 
-from lavinmq._core.buffer cimport WriteBuffer
+from libc.string cimport memcpy
+
+from lavinmq._core.buffer cimport WriteBuffer, le16, le32, put_le16, put_le32, put_be64
 from lavinmq._core.clock cimport now_ms
-from lavinmq._core.deadletter cimport build_with_int_header
+from lavinmq._core.deadletter cimport build_with_int_header, find_header, table_ok
+from lavinmq._core.props cimport record_props_offset, prop_offset_insert, P_HEADERS
 from lavinmq._core.routing cimport Exchange, RouteOut
 from lavinmq._core.segment cimport SP, Segment, SEGMENT_HEADER, APPEND_NO_SPACE
 from lavinmq._core.stream_store cimport StreamStore
@@ -17,6 +20,49 @@ from lavinmq._core.stream_store cimport StreamStore
 cdef enum:
     # the stamped copy's buffer gives memory back above this after a big message
     STAMP_KEEP = 1024 * 1024
+    # the x-offset table entry: key length, "x-offset", 'l', a big-endian i64
+    ENTRY_LEN = 1 + 8 + 1 + 8
+    HEADERS_FLAG = 1 << (15 - P_HEADERS)
+
+
+cdef Py_ssize_t stamp_offset(WriteBuffer out, const char *rec, Py_ssize_t n, uint64_t offset) except -1:
+    """rec with an x-offset header into out: -> its length. The usual
+    message (no headers, or headers without x-offset) in three copies; a
+    table that does not parse or already has an x-offset (a message that
+    came back) takes deadletter's general rewrite."""
+    cdef Py_ssize_t po = record_props_offset(rec)
+    cdef const char *props = rec + po
+    cdef uint16_t flags = le16(props)
+    cdef Py_ssize_t at = po + prop_offset_insert(props, P_HEADERS)     # where the table is, or goes
+    cdef Py_ssize_t head, tlen = 0
+    cdef const char *val
+    cdef Py_ssize_t vlen
+    cdef char *p
+    if flags & HEADERS_FLAG:
+        tlen = le32(rec + at)
+        if not table_ok(rec + at + 4, tlen) or find_header(rec, b"x-offset", 8, &val, &vlen):
+            return build_with_int_header(out, rec, b"x-offset", 8, <long long>offset)
+        head = at + 4 + tlen            # the entry goes at the end of the table
+    else:
+        head = at
+    out.clear()
+    out.reserve(n + 4 + ENTRY_LEN)
+    p = out.buf
+    memcpy(p, rec, head)
+    put_le16(p + po, flags | HEADERS_FLAG)
+    if flags & HEADERS_FLAG:
+        put_le32(p + at, <uint32_t>(tlen + ENTRY_LEN))
+        p += head
+    else:
+        put_le32(p + at, ENTRY_LEN)
+        p += head + 4
+    p[0] = 8
+    memcpy(p + 1, b"x-offset", 8)
+    p[9] = b"l"
+    put_be64(p + 10, offset)
+    memcpy(p + ENTRY_LEN, rec + head, n - head)
+    out.len = (p + ENTRY_LEN - out.buf) + (n - head)
+    return out.len
 
 
 cdef class ExchangeStore:
@@ -104,7 +150,7 @@ cdef const char *keep_routed(RouteOut out, const char *rec, Py_ssize_t *n, int *
         st = xs.store
         if st.closed:
             continue
-        m = build_with_int_header(wb, rec, b"x-offset", 8, <long long>(st.last_offset + 1))
+        m = stamp_offset(wb, rec, n[0], st.last_offset + 1)
         if st.append(wb.buf, m, &sp) == APPEND_NO_SPACE:
             xs.refused_count += 1
             refused[0] |= APPEND_NO_SPACE

@@ -120,3 +120,34 @@ def test_a_damaged_store_closes_only_what_the_exchange_keeps(tmp_path):
     assert v.bind_queue("q2", "px", "k", {"x-from": 0}) is None   # nothing to copy, bound
     assert publish(v, "px", b"again") == [v.queues["q"], v.queues["q2"]]
     v.close()
+
+
+def test_the_x_offset_stamp_keeps_every_other_property_and_header(tmp_path):
+    from lavinmq._core import codec
+    v = VHost("/", str(tmp_path))
+    v.declare_exchange("px", "fanout", False, False, False, {"x-persist-messages": 100})
+    ex = v.exchanges["px"]
+    cases = [
+        {},                                                             # no properties at all
+        {"content_type": "text/plain", "content_encoding": "gzip", "priority": 3, "message_id": "m"},
+        {"content_type": "a/b", "headers": {"h": 1, "list": [1, "x"], "t": {"n": None}}, "app_id": "app"},
+        {"headers": {"x-offset": 77, "keep": "me"}},                    # a stale offset is replaced
+        {"headers": {}},
+    ]
+    for i, props in enumerate(cases, start=1):
+        body = b"body %d" % i
+        rec = (struct.pack("<q", 5) + b"\x02px" + b"\x01k" + codec.encode_properties(props, True)
+               + struct.pack("<Q", len(body)) + body)
+        _, stamped, kept = route_and_keep(ex, rec)
+        assert kept
+        exchange, rk, got, got_body = parse_record(stamped)
+        want = dict(props, headers=dict(props.get("headers") or {}, **{"x-offset": i}))
+        assert (exchange, rk, got_body) == ("px", "k", body)
+        assert got == want, props
+        assert stamped[:8] == rec[:8]                                   # the timestamp as it came
+    # a headers table that does not parse is dropped, the offset kept
+    bad = struct.pack("<H", 1 << 13) + struct.pack("<I", 4) + b"\x05abc"      # a key longer than the table
+    rec = struct.pack("<q", 5) + b"\x02px" + b"\x01k" + bad + struct.pack("<Q", 1) + b"z"
+    _, stamped, _ = route_and_keep(ex, rec)
+    assert parse_record(stamped)[2] == {"headers": {"x-offset": 6}} and parse_record(stamped)[3] == b"z"
+    v.close()
