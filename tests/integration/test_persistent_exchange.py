@@ -16,6 +16,7 @@ from lavinmq import ctl
 from lavinmq._core.segment import name_digest
 from tests.conftest import unique
 from tests.integration.test_http_api import call
+from tests.security.test_disk_full import fill, small_disk, start_broker  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
@@ -450,3 +451,40 @@ def test_stored_messages_survive_a_restart_and_a_kill(fresh_broker):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker):
         c.channel().exchange_declare(transient, passive=True)
     c.close()
+
+
+def test_a_full_disk_nacks_what_the_exchange_cannot_keep(small_disk, tmp_path):
+    b = start_broker(small_disk, tmp_path)
+    ex = unique("full")
+    body = os.urandom(60 * 1024)
+    try:
+        c = connect(b)
+        ch = c.channel()
+        ch.exchange_declare(ex, "fanout", durable=True, arguments={"x-persist-messages": 100000})
+        ch.confirm_delivery()
+        filler = fill(small_disk, 4 * 1024 * 1024)
+        confirmed = 0
+        for i in range(2000):              # nothing bound: only the exchange keeps them
+            try:
+                ch.basic_publish(ex, "", b"%06d" % i + body, pika.BasicProperties(delivery_mode=2))
+            except pika.exceptions.NackError:
+                break
+            confirmed += 1
+        else:
+            pytest.fail("the disk never filled up")
+        assert confirmed > 0
+        c.close()
+        b.kill()
+        os.unlink(filler)
+        b.start()
+        c = connect(b)
+        ch = c.channel()
+        q = new_queue(ch)
+        ch.queue_bind(q, ex, "", arguments={"x-from": 0})
+        got = drain(ch, q)
+        assert [m[:6] for m, _ in got] == [b"%06d" % i for i in range(confirmed)]
+        assert [h["x-offset"] for _, h in got] == list(range(1, confirmed + 1))
+        c.close()
+    finally:
+        if b.proc.poll() is None:
+            b.kill()
