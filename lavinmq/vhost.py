@@ -318,7 +318,7 @@ class VHost:
 
     def bind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
         """-> None, or the ReplayJob of a binding that asked a persistent
-        exchange for its stored messages and gets them in the background."""
+        exchange for its stored messages (done, or going on in the background)."""
         q = self.get_queue(queue, 50, 20, connection) if persist else self.queues.get(queue)
         ex = self.get_exchange(exchange, 50, 20)
         if q is None:

@@ -138,18 +138,21 @@ class AMQPChannel(CoreChannel):
         replay = self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
         if nowait:
             return
+        syncer = self.connection.server.syncer
         if replay is None:
             self.send(50, 21)
+        elif syncer is not None:
+            # a persistent exchange's stored messages were copied: the bind-ok
+            # says they are in the queue, on disk as a confirm's are
+            replay.when_done(lambda: syncer.after_flush(self._bind_ok))
         else:
-            # stored messages of a persistent exchange are being copied:
-            # the bind-ok says they are in the queue
             replay.when_done(self._bind_ok)
 
     def _bind_ok(self):
         if self.closing or self.state.closed:
             return
         self.send(50, 21)
-        self.connection.flush()
+        self.connection.flush()         # from a loop callback: nothing else flushes it
 
     def queue_unbind(self, args):
         _, queue, exchange, rk, arguments = args

@@ -128,9 +128,9 @@ def refuse_exchange_replay(src, arguments):
 
 
 def bind_with_replay(vhost, ex, queue, routing_key, arguments):
-    """A queue binding that asks for stored messages. -> its ReplayJob when
-    the copy goes on in the background, None when it was done at once (or
-    the binding existed already: nothing is copied twice)."""
+    """A queue binding that asks for stored messages. -> its ReplayJob (done
+    already when the copy took one batch), or None when nothing was copied
+    (the binding existed already: nothing is copied twice)."""
     if ex.persist.store.closed:
         # its store could not be opened: nothing to copy
         ex.bind(queue, routing_key, arguments)
@@ -144,7 +144,7 @@ def bind_with_replay(vhost, ex, queue, routing_key, arguments):
     job = ReplayJob(ex, binding, Replay(ex.persist, matcher, queue, first, last, tail_from))
     ex.set_replay(binding, job)
     if job.step():
-        return None
+        return job
     log.info("exchange '%s' in vhost '%s': replaying stored messages %d..%d to queue '%s'",
              ex.name, vhost.name, first, last, queue.name)
     return job

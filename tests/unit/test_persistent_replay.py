@@ -78,7 +78,7 @@ def test_an_unbind_or_the_queue_deleted_stops_the_replay(tmp_path):
         # the same binding made again replays again
         v.declare_queue("q2", False, None, False, {})
         job = v.bind_queue("q2", "px", "", {"x-tail": 5})
-        assert job is None and v.queues["q2"].message_count == 5
+        assert job.done and job.copied == 5 and v.queues["q2"].message_count == 5
         assert v.bind_queue("q2", "px", "", {"x-tail": 5}) is None
         assert v.queues["q2"].message_count == 5                 # an existing binding copies nothing
     asyncio.run(run())
