@@ -117,74 +117,58 @@ def broker_b(tmp_path_factory):
 
 
 class HTTPSink:
-    """An aiohttp server in a thread of its own: records every request
-    (method, path, headers, body) and answers fail_with for the next
-    `failures` requests, then 200, each after `delay` seconds."""
+    """tests/links/http_sink.py in a process of its own (an HTTP peer, not
+    a thread of the test process): every request it got, and what it
+    answers next."""
 
     def __init__(self):
-        import asyncio
-        import threading
-        from aiohttp import web
-        self.requests = []
-        self.failures = 0
-        self.fail_with = 500
-        self.delay = 0
-        self.lock = threading.Lock()
-        self.port = None
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        async def handle(request):
-            data = await request.read()
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            with self.lock:
-                if self.failures > 0:
-                    self.failures -= 1
-                    status = self.fail_with
-                else:
-                    status = 200
-                self.requests.append({"method": request.method, "path": request.path_qs,
-                                      "headers": dict(request.headers), "body": data, "status": status})
-            return web.Response(status=status, text="ok" if status == 200 else "no")
-
-        async def start():
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", handle)
-            self.runner = web.AppRunner(app, access_log=None)
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]
-            ready.set()
-
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(start())
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        ready.wait(10)
+        import socket
+        import subprocess
+        import sys
+        from tests.conftest import ROOT, free_port
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.links.http_sink", str(self.port)], cwd=ROOT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("the HTTP sink did not start")
+                time.sleep(0.05)
 
     @property
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
+    def _call(self, method, path, body=None):
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    @property
+    def requests(self):
+        import base64
+        out = self._call("GET", "/_sink/requests")
+        for r in out:
+            r["body"] = base64.b64decode(r["body"])
+        return out
+
     def ok_requests(self):
-        with self.lock:
-            return [r for r in self.requests if r["status"] == 200]
+        return [r for r in self.requests if r["status"] == 200]
 
     def fail_next(self, n, status=500):
-        with self.lock:
-            self.failures = n
-            self.fail_with = status
+        self._call("POST", "/_sink/settings", {"failures": n, "fail_with": status})
+
+    def set_delay(self, seconds):
+        self._call("POST", "/_sink/settings", {"delay": seconds})
 
     def close(self):
-        import asyncio
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        self.proc.terminate()
+        self.proc.wait(10)
 
 
 @pytest.fixture

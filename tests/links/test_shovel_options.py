@@ -29,7 +29,7 @@ def test_delete_after_queue_length_moves_what_was_there_then_goes(broker_a, http
     A slow HTTP destination makes it run long enough to publish meanwhile."""
     src_q, name = unique("src"), unique("shovel")
     publish(broker_a, src_q, [str(i).encode() for i in range(100)])
-    http_sink.delay = 0.01
+    http_sink.set_delay(0.01)
     assert define(broker_a, name, {"src-uri": broker_a.url, "src-queue": src_q, "dest-uri": http_sink.url,
                                    "src-delete-after": "queue-length", "src-prefetch-count": 10})[0] == 201
     wait_for("started", lambda: len(http_sink.requests) > 0)
