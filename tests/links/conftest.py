@@ -78,13 +78,22 @@ def publish(b, queue, bodies, properties=None, declare=True):
 
 
 def drain(b, queue, count=None, timeout=10):
-    """Every message in the queue (acked), as (body, properties)."""
+    """Every message in the queue (acked), as (body, properties); with a
+    count, waits up to timeout for that many (and for the queue to exist)."""
     conn = pika.BlockingConnection(pika.URLParameters(b.url))
     ch = conn.channel()
     out = []
     deadline = time.monotonic() + timeout
     while count is None or len(out) < count:
-        method, props, body = ch.basic_get(queue, auto_ack=True)
+        try:
+            method, props, body = ch.basic_get(queue, auto_ack=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            # the shovel or link that declares the queue may not have yet
+            if exc.reply_code != 404 or time.monotonic() > deadline:
+                raise
+            ch = conn.channel()
+            time.sleep(0.05)
+            continue
         if method is None:
             if count is None or time.monotonic() > deadline:
                 break

@@ -130,6 +130,7 @@ def test_rabbitmq_federates_and_shovels_from_us(rabbitmq, broker_a):
     rabbitmq.ctl("set_parameter", "shovel", prefix, json.dumps({
         "src-uri": uri, "src-queue": src_q, "dest-uri": "amqp://", "dest-queue": src_q,
         "src-delete-after": "queue-length"}))
+    wait_for("moved to RabbitMQ", lambda: queue_depth(rabbitmq, src_q) == 200, timeout=30)
     assert [b for b, _ in drain(rabbitmq, src_q, 200, timeout=30)] == [f"s{i}".encode() for i in range(200)]
     wait_for("acked here", lambda: queue_depth(broker_a, src_q) == 0)
     conn.close()
