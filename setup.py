@@ -33,5 +33,11 @@ extensions = [
 CYTHON_OPTIONS = dict(language_level=3, compile_time_env={"DEBUG": DEBUG},
                       compiler_directives={"embedsignature": True})
 
+# LAVINMQ_BUILD=broker: the broker's extensions only, not the Spark
+# connector's (./dev run, which installs no Spark)
+if os.environ.get("LAVINMQ_BUILD", "all") == "broker":
+    extensions = [e for e in extensions if not e.name.startswith("lavinmq.spark.")]
+
 if __name__ == "__main__":
-    setup(ext_modules=cythonize(extensions, **CYTHON_OPTIONS))
+    # Cython's C generation on every core too (build_ext -j spreads only gcc)
+    setup(ext_modules=cythonize(extensions, nthreads=os.cpu_count() or 1, **CYTHON_OPTIONS))
