@@ -1,0 +1,69 @@
+"""What a newcomer trips over in the UI (issue 31 item 6): a stream queue's
+size and offsets and reading it by offset, every exchange type the broker
+takes in the add-exchange form, and connections' client-provided names."""
+import urllib.parse
+
+import pika
+
+from tests.conftest import unique
+from tests.ui.conftest import api
+
+
+def q(s):
+    return urllib.parse.quote(s, safe="")
+
+
+def stat_value(ui, box, label):
+    return ui.page.locator(f'{box} .stat[data-label="{label}"] .value').inner_text()
+
+
+def test_stream_queue_shows_size_offsets_and_reads_by_offset(ui, ui_broker):
+    name = unique("ui-first-stream")
+    conn = pika.BlockingConnection(pika.URLParameters(ui_broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        ch.confirm_delivery()
+        for i in range(25):
+            ch.basic_publish("", name, f"event {i}".encode())
+    finally:
+        conn.close()
+    stream = api(ui_broker, "GET", f"/api/queues/%2F/{q(name)}")[1]["stream"]
+    assert stream["message_bytes"] > 0 and stream["last_offset"] - stream["first_offset"] == 24
+
+    ui.login()
+    ui.go(f"#/queue/%2F/{q(name)}", '#queue-stats .stat[data-label="First offset"]')
+    # the size of what the stream holds, not "Ready bytes 0 B"
+    assert ui.page.locator('#queue-stats .stat[data-label="Ready bytes"]').count() == 0
+    size = stat_value(ui, "#queue-stats", "Size")
+    assert size != "0 B" and size != "–", size
+    assert stat_value(ui, "#queue-stats", "First offset") == f"{stream['first_offset']:,}"
+    assert stat_value(ui, "#queue-stats", "Last offset") == f"{stream['last_offset']:,}"
+
+    # reading by offset, not basic.get (which a stream refuses)
+    ui.page.click("#get-box summary")
+    assert ui.page.inner_text("#get-box summary") == "Read messages"
+    assert not ui.page.locator("#get-messages").is_visible()
+    ui.page.fill("#read-stream input[name=offset]", str(stream["first_offset"] + 20))
+    ui.page.fill("#read-stream input[name=count]", "3")
+    ui.page.click("#read-stream button[type=submit]")
+    ui.page.wait_for_selector("#got-messages pre.payload")
+    assert ui.page.locator("#got-messages pre.payload").all_inner_texts() == ["event 20", "event 21", "event 22"]
+    assert f"{stream['first_offset'] + 20}" in ui.page.inner_text("#got-messages .message")
+    ui.shot("stream-read-by-offset")
+    # nothing was taken from it
+    after = api(ui_broker, "GET", f"/api/queues/%2F/{q(name)}")[1]
+    assert after["stream"]["first_offset"] == stream["first_offset"] and after["messages"] == 25
+    api(ui_broker, "DELETE", f"/api/queues/%2F/{q(name)}")
+
+
+def test_a_classic_queue_keeps_get_messages(ui, ui_broker):
+    name = unique("ui-first-classic")
+    assert api(ui_broker, "PUT", f"/api/queues/%2F/{q(name)}", {"durable": False})[0] == 201
+    ui.login()
+    ui.go(f"#/queue/%2F/{q(name)}", '#queue-stats .stat[data-label="Ready bytes"]')
+    assert ui.page.locator('#queue-stats .stat[data-label="First offset"]').count() == 0
+    ui.page.click("#get-box summary")
+    assert ui.page.inner_text("#get-box summary") == "Get messages"
+    assert ui.page.locator("#get-messages").is_visible() and not ui.page.locator("#read-stream").is_visible()
+    api(ui_broker, "DELETE", f"/api/queues/%2F/{q(name)}")
