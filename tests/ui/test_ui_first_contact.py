@@ -96,3 +96,33 @@ def test_every_exchange_type_in_the_add_exchange_form(ui, ui_broker):
         else:
             assert ex["type"] == kind, ex
         api(ui_broker, "DELETE", f"/api/exchanges/%2F/{q(name)}")
+
+
+def test_connection_names_in_the_list_and_on_the_page(ui, ui_broker):
+    provided = unique("orders-service")
+    params = pika.URLParameters(ui_broker.url)
+    params.client_properties = {"connection_name": provided}
+    named = pika.BlockingConnection(params)
+    anonymous = pika.BlockingConnection(pika.URLParameters(ui_broker.url))
+    try:
+        conns = api(ui_broker, "GET", "/api/connections")[1]
+        ours = [c for c in conns if c.get("user_provided_name") == provided]
+        assert len(ours) == 1
+        ui.login()
+        ui.go("#/connections", "#connections-table tbody tr")
+        row = ui.page.locator("#connections-table tbody tr", has_text=provided)
+        row.wait_for()
+        assert row.locator("td.provided-name").inner_text() == provided
+        # a connection without one shows a dash, not "undefined"
+        port = anonymous._impl._transport._sock.getsockname()[1]
+        other = [c["name"] for c in conns if c["peer_port"] == port][0]
+        assert ui.page.locator("#connections-table tbody tr", has_text=other).locator(
+            "td.provided-name").inner_text() == "–"
+        row.locator("a").first.click()
+        ui.page.wait_for_selector("#connection-details dl")
+        assert ui.page.inner_text("#connection-subtitle") == f'connection "{provided}"'
+        assert provided in ui.page.inner_text("#connection-details")
+        ui.shot("connection-provided-name")
+    finally:
+        named.close()
+        anonymous.close()

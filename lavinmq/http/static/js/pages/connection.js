@@ -12,6 +12,7 @@ export async function render ({ main, params, navigate }) {
   const base = `api/connections/${enc(name)}`
   const guard = new Guard()
   const details = h('div', { id: 'connection-details' })
+  const subtitle = h('small', { id: 'connection-subtitle' }, 'connection')
   const client = h('div', { id: 'client-properties' })
   const channels = h('div', { class: 'table-wrap', id: 'connection-channels' })
   const rates = new Chart({ title: 'Data rates', unit: ' B/s', id: 'chart-data' })
@@ -35,6 +36,9 @@ export async function render ({ main, params, navigate }) {
         ['Received', fmtBytes(c.recv_oct)], ['Sent', fmtBytes(c.send_oct)],
         ['Connected at', c.connected_at ? new Date(c.connected_at).toLocaleString() : undefined]]))
       clear(client, argsList(c.client_properties))
+      // the name its client gave it (connection_name), first in the details
+      clear(subtitle, c.user_provided_name ? `connection "${c.user_provided_name}"` : 'connection')
+      if (c.user_provided_name) details.firstChild.prepend(h('dt', null, 'Client-provided name'), h('dd', null, c.user_provided_name))
       rates.update([{ label: 'Received', points: ratesOf((c.recv_oct_details || {}).samples) },
         { label: 'Sent', points: ratesOf((c.send_oct_details || {}).samples) }])
       clear(channels, chs.length
@@ -46,7 +50,7 @@ export async function render ({ main, params, navigate }) {
         : h('p', { class: 'muted' }, 'No channels.'))
     })
   }
-  clear(main, h('h1', null, name, h('small', null, 'connection')),
+  clear(main, h('h1', null, name, subtitle),
     h('div', { class: 'grid-2' }, card('Details', details), h('section', { class: 'card' }, rates.el)),
     card('Channels', channels), card('Client properties', client), card('Close this connection', closeForm))
   await refresh()

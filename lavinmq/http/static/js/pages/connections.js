@@ -12,6 +12,8 @@ export async function render ({ main, vhost }) {
   const base = vhost ? `api/vhosts/${encodeURIComponent(vhost)}/connections` : 'api/connections'
   const columns = [
     { label: 'Name', key: 'name', cls: 'name', render: c => nameLink(connectionHref(c.name), c.name) },
+    // what the client calls it (its connection_name client property), as RabbitMQ's UI shows it
+    { label: 'Client-provided name', key: 'user_provided_name', cls: 'provided-name', render: c => c.user_provided_name || '–' },
     ...(vhost ? [] : [{ label: 'Vhost', key: 'vhost', render: c => c.vhost }]),
     { label: 'User', key: 'user', render: c => c.user },
     { label: 'State', key: 'state', render: c => stateBadge(c.state) },
