@@ -92,9 +92,6 @@ def raise_fd_limit():
 def run(config):
     """Run the broker until SIGTERM/SIGINT. Returns the exit code."""
     raise_fd_limit()
-    if config.clustering:
-        from lavinmq.errors import ConfigError
-        raise ConfigError("clustering: replication is not built yet (lavinmq/clustering/)")
     if _loop_kind() == "uvloop":
         import uvloop
         return uvloop.run(serve(config))

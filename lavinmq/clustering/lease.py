@@ -119,6 +119,7 @@ class Lease:
         self.deadline = 0.0             # monotonic; valid() while before it
         self.client = BlockingClient(endpoints, timeout=max(0.2, ttl / KEEPALIVES_PER_TTL))
         self.lost = False
+        self.revoked = False
         self._stop = threading.Event()
         self._thread = None
         self.keepalives = 0
@@ -149,6 +150,7 @@ class Lease:
             self.granted_ttl = int(r["TTL"])
             self.deadline = sent + self.granted_ttl - margin(self.granted_ttl)
             self.lost = False
+            self.revoked = False
             return self.granted_ttl
 
     def start(self):
@@ -193,9 +195,15 @@ class Lease:
         """Stop keeping it, and give it back: the leader key goes at once.
         Blocking (run it in a thread); best effort."""
         self.stop()
+        if self.revoked:
+            return True
         self.lost = True
         try:
             self.client.call("/v3/lease/revoke", {"ID": str(self.lease_id)})
+            self.revoked = True
+            return True
+        except LeaseNotFound:
+            self.revoked = True
             return True
         except (EtcdError, OSError) as exc:
             log.warning("etcd lease %x not revoked: %s", self.lease_id, exc)

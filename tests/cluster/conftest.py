@@ -28,3 +28,15 @@ def etcd(tmp_path_factory):
 @pytest.fixture
 def prefix():
     return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def cluster(etcd, tmp_path, prefix):
+    """Three nodes, started; the test waits for what it needs."""
+    from tests.cluster.harness import Cluster
+    c = Cluster(etcd, tmp_path, prefix).start()
+    yield c
+    c.stop()
+    for n in c.nodes:
+        text = n.log_text()
+        assert "Traceback (most recent call last)" not in text, f"node {n.index} logged a traceback:\n{text[-6000:]}"
