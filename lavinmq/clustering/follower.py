@@ -28,7 +28,9 @@ from lavinmq.sync import _libc, flush_files, fsync_dir
 
 log = logging.getLogger("lavinmq.clustering.follower")
 
-RECONNECT = 1.0         # s between attempts to reach the leader
+RECONNECT = 1.0         # s between attempts to reach the leader, at most
+RECONNECT_FIRST = 0.05  # ... but the first comes at once (was the leader's process gone, or the
+                        # link? a new leader opens its port soon), then twice as late each time
 RECV = 1024 * 1024
 MAX_OPEN = 256          # files kept open for writing
 SEGMENT_HEADER = 4
@@ -57,13 +59,16 @@ def is_syncing(data_dir):
 
 
 class ReplicationClient:
-    def __init__(self, data_dir, node_id, secret, host, port, local_addr=None, on_synced=None):
+    def __init__(self, data_dir, node_id, secret, host, port, local_addr=None, on_synced=None, on_refused=None,
+                 uri=""):
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.secret = secret
         self.host, self.port = host, port
+        self.uri = uri.encode()[:255]
         self.local_addr = local_addr
         self.on_synced = on_synced          # called (from this thread) once a full sync is done
+        self.on_refused = on_refused        # ... when the leader's port, reached before, refuses
         self.stopped = threading.Event()
         self.sock = None
         self.thread = None
@@ -109,7 +114,9 @@ class ReplicationClient:
             self.thread.join(10)
 
     def _run(self):
+        delay = RECONNECT_FIRST
         while not self.stopped.is_set():
+            was = self.sessions
             try:
                 self._session()
             except Closed:
@@ -123,7 +130,8 @@ class ReplicationClient:
                 log.exception("replication from %s:%d failed", self.host, self.port)
             finally:
                 self._end_session()
-            self.stopped.wait(RECONNECT)
+            delay = RECONNECT_FIRST if self.sessions > was else min(RECONNECT, delay * 2)
+            self.stopped.wait(delay)
 
     def _end_session(self):
         self.connected = False
@@ -147,16 +155,20 @@ class ReplicationClient:
                                             source_address=(self.local_addr, 0) if self.local_addr else None)
         except ConnectionRefusedError:
             self.refused = True
+            if self.sessions and self.on_refused is not None:
+                # it answered before, and now nothing listens there: its process is gone
+                self.on_refused()
             raise
         self.refused = False
         self.sock = sock
         if self.stopped.is_set():
             raise Closed()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(protocol.MAGIC + bytes((len(self.secret),)) + self.secret + struct.pack("<i", self.node_id))
+        sock.sendall(protocol.MAGIC + bytes((len(self.secret),)) + self.secret)
         status = self._recv_exact(sock, 1)
         if status != b"\x00":
             raise protocol.ProtocolError("the leader refused this node (wrong secret?)")
+        sock.sendall(struct.pack("<i", self.node_id) + bytes((len(self.uri),)) + self.uri)
         sock.settimeout(None)
         self.connected = True
         self.sessions += 1

@@ -2,7 +2,10 @@
 
     start     node id, etcd lease (keepalive thread), the cluster's secret
     follow    replicate from the leader named by etcd's leader key (and,
-              lavinmq/clustering/proxy.py, pipe clients to it)
+              lavinmq/clustering/proxy.py, pipe clients to it). A leader
+              whose replication port, reached before, now refuses
+              connections has lost its process: its lease is revoked at
+              once, without waiting out the TTL (see _leader_gone)
     campaign  meanwhile, while in the ISR with a whole copy: one txn
     lead      stop following; open the replicated data directory as the
               broker (lavinmq.server.Server), take followers on the
@@ -52,7 +55,9 @@ class Node:
         self.role = "starting"
         self.secret = None
         self.client = None          # follower.ReplicationClient toward the leader
+        self.proxies = None         # proxy.Proxies while following
         self.leader_uri = None      # as the leader key says
+        self.leader_kv = None
         self.server = None          # lavinmq.server.Server while leading
         self.replicator = None
         self.repl_server = None
@@ -76,6 +81,7 @@ class Node:
             if not await self._until_stopped(self._start()):
                 return 0
             self.role = "follower"
+            await self._start_proxies()
             follow = asyncio.ensure_future(self._follow())
             campaign = asyncio.ensure_future(self._campaign())
             try:
@@ -85,6 +91,9 @@ class Node:
                 campaign.cancel()
                 await asyncio.gather(follow, campaign, return_exceptions=True)
                 await self._stop_following()
+                if self.proxies is not None:
+                    await self.proxies.close()
+                    self.proxies = None
             if not elected:
                 return 0
             return await self._lead()
@@ -151,6 +160,7 @@ class Node:
             try:
                 kv, rev = await self.coordinator.leader()
                 uri = kv.value.decode("utf-8", "replace") if kv is not None else None
+                self.leader_kv = kv
                 await self._follow_uri(uri)
                 async for _ in self.etcd.watch(self.coordinator.leader_prefix, rev + 1, prefix=True):
                     break       # something changed: read it again
@@ -163,6 +173,8 @@ class Node:
             return
         await self._stop_following()
         self.leader_uri = uri
+        if self.proxies is not None:
+            self.proxies.retarget(None)
         if uri is None:
             log.info("no leader")
             return
@@ -177,9 +189,55 @@ class Node:
             return
         log.info("following the leader at %s", uri)
         local = self.config.clustering_bind if self.config.clustering_bind not in ("0.0.0.0", "::", "") else None
-        self.client = follower.ReplicationClient(self.data_dir, self.node_id, self.secret, host, port,
-                                                 local_addr=local, on_synced=self._synced)
+        kv = self.leader_kv
+        self.client = follower.ReplicationClient(
+            self.data_dir, self.node_id, self.secret, host, port, local_addr=local, on_synced=self._synced,
+            on_refused=lambda: self.loop.call_soon_threadsafe(self._leader_gone, kv), uri=self.uri)
         self.client.start()
+        if self.proxies is not None:
+            self.proxies.retarget(host)
+
+    def _leader_gone(self, kv):
+        asyncio.ensure_future(self._revoke_dead_leader(kv))
+
+    async def _revoke_dead_leader(self, kv):
+        """The leader's replication port answered this node before and now
+        refuses: nothing listens there, its process is gone (a leader closes
+        the port only once it has stopped confirming). Its lease is revoked,
+        so that a node from the ISR takes over now rather than after the TTL.
+        Safe even if the guess were wrong: a leader confirms only what every
+        ISR member acknowledged, or after it wrote an ISR without the ones
+        that did not, and with its key gone it can write no ISR; whoever is
+        elected is in the ISR, so it holds every confirmed message."""
+        if kv is None or not kv.lease:
+            return
+        try:
+            now, _ = await self.coordinator.leader()
+            if now is None or now.create_revision != kv.create_revision or now.lease != kv.lease:
+                return          # someone else leads already
+            if await self.etcd.lease_revoke(kv.lease):
+                log.warning("the leader at %s is gone (its replication port refuses connections): "
+                            "its lease %x revoked", kv.value.decode("utf-8", "replace"), kv.lease)
+        except EtcdError as exc:
+            log.info("revoking the gone leader's lease: %s", exc)
+
+    async def _start_proxies(self):
+        from lavinmq.clustering.proxy import Proxies
+        cfg = self.config
+        listeners = []
+        if cfg.amqp_port:
+            listeners.append((cfg.amqp_bind, cfg.amqp_port, "AMQP"))
+        if cfg.http_port:
+            listeners.append((cfg.http_bind, cfg.http_port, "HTTP"))
+        if cfg.metrics_http_port:
+            listeners.append((cfg.metrics_http_bind, cfg.metrics_http_port, "metrics"))
+        if cfg.tls_cert:
+            if cfg.amqps_port:
+                listeners.append((cfg.amqp_bind, cfg.amqps_port, "AMQPS"))
+            if cfg.https_port:
+                listeners.append((cfg.http_bind, cfg.https_port, "HTTPS"))
+        self.proxies = Proxies(listeners)
+        await self.proxies.start()
 
     def _synced(self):
         """From the follower thread: the copy is whole again."""
@@ -236,9 +294,10 @@ class Node:
         self.repl_server = ReplicationServer(rep, self.secret, self.config.clustering_bind,
                                              self.config.clustering_port)
         try:
+            # followers first: they sync while the listeners open
+            await self.repl_server.start()
             if self.config.load_definitions:
                 launcher.load_definitions(srv, self.config.load_definitions)
-            await self.repl_server.start()
             await srv.start()
         except Exception:
             self.fence("the broker did not start")

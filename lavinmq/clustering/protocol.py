@@ -4,7 +4,8 @@ Handshake (the follower connects to the leader's advertised URI), shaped
 as LavinMQ's with a magic of our own, so that a LavinMQ node and ours never
 take each other for a peer:
 
-    F->L  MAGIC (8 bytes) | u8 length, the cluster's secret | i32 node id
+    F->L  MAGIC (8 bytes) | u8 length, the cluster's secret | i32 node id |
+          u8 length, the follower's advertised URI (for /api/nodes)
     L->F  u8 0 (accepted) or 1 (refused, then closed)
 
 Then frames both ways: u8 type | u32 length | body (integers little-endian).

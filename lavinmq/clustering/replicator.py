@@ -42,6 +42,8 @@ SYNC_TIMEOUT = 60.0                 # ... while it syncs (it hashes its files: i
 MAX_UNACKED = 512 * 1024 * 1024     # bytes a follower may lag before it is dropped (and syncs again)
 CHECK_INTERVAL = 0.1                # s between lag and lease checks
 ISR_RETRY = 0.5                     # s between attempts to write the ISR while etcd does not answer
+SYNC_GRACE = 2.0                    # s a confirm waits for a connected ISR member to finish its sync
+                                    # (after a failover they all sync again) before it is written out
 SEGMENT_HEADER = 4
 APPENDED = ("acks.", "definitions.amqp", "consumer_offsets")   # files only ever appended to (or replaced)
 
@@ -69,9 +71,11 @@ class FollowerLink:
         self.last_progress = time.monotonic()
         self.closed = False
         self.connected_at = time.time()
+        self.connected_mono = time.monotonic()
         self.requests = None            # a sync pass: paths the follower asked for
         self.requests_done = None       # ... and the future its REQUEST_END resolves
         self.acks_task = None           # the task reading what the follower sends
+        self.uri = None                 # where it says it can be reached when it leads
 
     @property
     def receiving(self):
@@ -345,9 +349,12 @@ class Replicator:
     def _blockers(self, rnd):
         """Followers this round still waits on -> (lagging in-sync ones, ones to drop from the ISR key)."""
         lagging, dropping = [], []
+        now = time.monotonic()
         for node in self.must_ack():
             link = self.links.get(node)
-            if link is None or not link.in_sync:
+            if link is not None and not link.in_sync and now - link.connected_mono < SYNC_GRACE:
+                lagging.append(node)        # about to be in sync: cheaper to wait than to shrink the ISR
+            elif link is None or not link.in_sync:
                 dropping.append(node)
             else:
                 target = rnd.targets.get(link)
@@ -437,7 +444,8 @@ class Replicator:
     def followers(self):
         out = []
         for link in self.links.values():
-            out.append({"id": link.node_id, "address": f"{link.peer[0]}:{link.peer[1]}" if link.peer else None,
+            out.append({"id": link.node_id, "uri": link.uri,
+                        "address": f"{link.peer[0]}:{link.peer[1]}" if link.peer else None,
                         "state": "in sync" if link.in_sync else link.state, "in_isr": link.node_id in self.etcd_isr,
                         "sent_bytes": link.sent, "acked_bytes": link.acked, "lag_in_bytes": link.lag})
         return out

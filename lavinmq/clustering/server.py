@@ -60,10 +60,9 @@ class ReplicationServer:
         peer = writer.get_extra_info("peername")
         link = None
         try:
-            node_id = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT)
-            if node_id is None:
-                return
+            node_id, uri = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT)
             link = FollowerLink(node_id, writer, peer)
+            link.uri = uri
             self.replicator.add_link(link)
             log.info("follower %x connected from %s", node_id, peer[0] if peer else "?")
             acks = link.acks_task = asyncio.ensure_future(self._read_acks(reader, link))
@@ -100,9 +99,11 @@ class ReplicationServer:
             raise protocol.ProtocolError("wrong secret")
         writer.write(b"\x00")
         node_id = struct.unpack("<i", await reader.readexactly(4))[0]
+        n = (await reader.readexactly(1))[0]
+        uri = (await reader.readexactly(n)).decode("utf-8", "replace")
         if node_id == self.replicator.node_id:
             raise protocol.ProtocolError("a follower with the leader's own node id")
-        return node_id
+        return node_id, uri
 
     # -- full sync -------------------------------------------------------------------------
 

@@ -188,12 +188,19 @@ class Cluster:
         raise RuntimeError("no leader in time:\n" + "\n".join(n.log_tail(15) for n in self.nodes))
 
     def wait_isr(self, count=None, timeout=30):
-        """Until the ISR holds every running node (or count nodes)."""
+        """Until the ISR holds every running node (or count nodes), as the
+        current leader wrote it: its followers are all in sync."""
         want = count or sum(1 for n in self.nodes if n.running)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if len(self.isr()) >= want:
-                return self.isr()
+            leader = self.leader()
+            if leader is not None and len(self.isr()) >= want:
+                try:
+                    followers = leader.api("/api/nodes", timeout=2)[0].get("followers", [])
+                except (OSError, ValueError, IndexError):
+                    followers = []
+                if sum(1 for f in followers if f["state"] == "in sync") >= want - 1 and len(self.isr()) >= want:
+                    return self.isr()
             time.sleep(0.05)
         raise RuntimeError(f"ISR {self.isr()} not {want} in time:\n" + "\n".join(n.log_tail(15) for n in self.nodes))
 
