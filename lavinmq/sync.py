@@ -193,10 +193,10 @@ class Syncer:
                 dirs.add(os.path.dirname(directory))
             if job is not None:
                 jobs.append(job)
+        # the followers get the flush first: their round trip is the longer one
+        rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(None, flush_round, files, sorted(dirs), jobs, self.data_dir)
-        # the followers get the same flush while this one runs
-        rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
         fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs, jobs, rnd))
         self._current = fut
 

@@ -27,6 +27,10 @@ from lavinmq.clustering.etcd import EtcdError, LeaseExists, LeaseNotFound, Unava
 
 log = logging.getLogger("lavinmq.clustering.lease")
 
+
+class LeaseTaken(EtcdError):
+    """Another node leads with this node's id."""
+
 # keepalives per TTL: at 2 s, one every 0.5 s; three may fail before the deadline
 KEEPALIVES_PER_TTL = 4
 
@@ -111,15 +115,18 @@ class Lease:
     """grant() once, then start(); on_lost(reason) is called (from the
     keepalive thread) when the lease is gone or its deadline passed."""
 
-    def __init__(self, endpoints, lease_id, ttl, on_lost=None):
+    def __init__(self, endpoints, lease_id, ttl, on_lost=None, uri=None, leader_prefix=None):
         self.lease_id = lease_id
         self.ttl = ttl                  # as asked; granted_ttl is what etcd gave
         self.granted_ttl = ttl
         self.on_lost = on_lost
+        self.uri = uri                  # this node's advertised URI, and where leader keys live:
+        self.leader_prefix = leader_prefix  # to tell our old lease from another node's with our id
         self.deadline = 0.0             # monotonic; valid() while before it
         self.client = BlockingClient(endpoints, timeout=max(0.2, ttl / KEEPALIVES_PER_TTL))
         self.lost = False
         self.revoked = False
+        self.granted = False            # etcd gave us this lease at least once
         self._stop = threading.Event()
         self._thread = None
         self.keepalives = 0
@@ -141,6 +148,7 @@ class Lease:
                 if err is not None:
                     raise err
             except LeaseExists:
+                self._check_not_taken()
                 log.info("lease %x left by this node's previous process: revoked", self.lease_id)
                 try:
                     self.client.call("/v3/lease/revoke", {"ID": str(self.lease_id)})
@@ -151,7 +159,27 @@ class Lease:
             self.deadline = sent + self.granted_ttl - margin(self.granted_ttl)
             self.lost = False
             self.revoked = False
+            self.granted = True
             return self.granted_ttl
+
+    def _check_not_taken(self):
+        """The lease of our id exists. It is our previous process's (the data
+        directory's lock says that one is gone) unless another node has the
+        same id, a copied data directory: if it holds a leader key naming
+        another URI, refuse rather than take that node's lease away."""
+        if self.uri is None:
+            return
+        r = self.client.call("/v3/lease/timetolive", {"ID": str(self.lease_id), "keys": True})
+        import base64
+        for key in r.get("keys") or []:
+            name = base64.b64decode(key).decode("utf-8", "replace")
+            if self.leader_prefix and name.startswith(self.leader_prefix):
+                kv = self.client.call("/v3/kv/range", {"key": key})
+                for item in kv.get("kvs") or []:
+                    value = base64.b64decode(item.get("value", "")).decode("utf-8", "replace")
+                    if value != self.uri:
+                        raise LeaseTaken(f"node id {self.lease_id:x} is in use by the leader at {value} (a copied "
+                                         f"data directory? remove its .clustering_id to give this node a new id)")
 
     def start(self):
         self._stop.clear()
@@ -195,8 +223,8 @@ class Lease:
         """Stop keeping it, and give it back: the leader key goes at once.
         Blocking (run it in a thread); best effort."""
         self.stop()
-        if self.revoked:
-            return True
+        if self.revoked or not self.granted:
+            return True         # nothing of ours to give back (never take another node's)
         self.lost = True
         try:
             self.client.call("/v3/lease/revoke", {"ID": str(self.lease_id)})

@@ -32,7 +32,8 @@ from lavinmq import sdnotify
 from lavinmq.clustering import changes, follower, settings
 from lavinmq.clustering.coordinator import Coordinator
 from lavinmq.clustering.etcd import Etcd, EtcdError, Unavailable
-from lavinmq.clustering.lease import Lease
+from lavinmq.clustering.lease import Lease, LeaseTaken
+from lavinmq.errors import ConfigError
 
 log = logging.getLogger("lavinmq.clustering.node")
 
@@ -51,7 +52,8 @@ class Node:
         # etcd calls time out inside the lease: a node notices a lost etcd in time
         self.etcd = Etcd(endpoints, timeout=max(0.3, min(1.0, config.clustering_lease_ttl / 3)))
         self.coordinator = Coordinator(self.etcd, config.clustering_etcd_prefix, self.node_id, self.uri)
-        self.lease = Lease(endpoints, self.node_id, config.clustering_lease_ttl, on_lost=self._lease_lost)
+        self.lease = Lease(endpoints, self.node_id, config.clustering_lease_ttl, on_lost=self._lease_lost,
+                           uri=self.uri, leader_prefix=self.coordinator.leader_prefix)
         self.role = "starting"
         self.secret = None
         self.client = None          # follower.ReplicationClient toward the leader
@@ -118,6 +120,8 @@ class Node:
             try:
                 await asyncio.to_thread(self.lease.grant)
                 break
+            except LeaseTaken as exc:
+                raise ConfigError(str(exc)) from None
             except (EtcdError, OSError) as exc:
                 log.warning("etcd: cannot take a lease: %s; retrying", exc)
                 await asyncio.sleep(RETRY)

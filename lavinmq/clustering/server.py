@@ -23,6 +23,7 @@ from lavinmq.clustering.replicator import FollowerLink
 log = logging.getLogger("lavinmq.clustering.server")
 
 HANDSHAKE_TIMEOUT = 5.0
+MAX_HANDSHAKES = 32             # connections not yet past the secret: more are closed at once
 SYNC_READ = 1024 * 1024
 MAX_REQUESTED = 10_000_000      # paths one sync may ask for (a bound on what a peer can make us hold)
 
@@ -37,6 +38,7 @@ class ReplicationServer:
         self.cache = files.ChecksumCache()
         self.sync_lock = asyncio.Lock()     # one full sync at a time: hashing is the cost
         self.tasks = set()
+        self.handshakes = 0
 
     async def start(self):
         from lavinmq.listener import ListenError
@@ -59,8 +61,16 @@ class ReplicationServer:
         self.tasks.add(task)
         peer = writer.get_extra_info("peername")
         link = None
+        if self.handshakes >= MAX_HANDSHAKES:
+            writer.close()
+            self.tasks.discard(task)
+            return
         try:
-            node_id, uri = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT)
+            self.handshakes += 1
+            try:
+                node_id, uri = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT)
+            finally:
+                self.handshakes -= 1
             link = FollowerLink(node_id, writer, peer)
             link.uri = uri
             self.replicator.add_link(link)

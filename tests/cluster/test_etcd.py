@@ -194,3 +194,23 @@ async def test_a_crashed_leaders_lease_expires(etcd, prefix):
         for c, lease in ((a, alease), (b, blease)):
             await asyncio.to_thread(lease.revoke)
             await c.etcd.close()
+
+
+def test_a_node_id_another_leader_holds_is_refused(etcd, prefix):
+    """Two nodes with one id (a copied data directory): the second must not
+    take the first one's lease away."""
+    from lavinmq.clustering.lease import LeaseTaken
+    first = Lease([parse_endpoint(etcd.endpoint)], 0x5eed0004, ttl=2, uri="tcp://a:1", leader_prefix=f"{prefix}/leader/")
+    first.grant()
+    first.start()
+    try:
+        asyncio.run(_put_with_lease(etcd, f"{prefix}/leader/5eed0004", 0x5eed0004))    # it leads (value "v")
+        second = Lease([parse_endpoint(etcd.endpoint)], 0x5eed0004, ttl=2, uri="tcp://b:1",
+                       leader_prefix=f"{prefix}/leader/")
+        with pytest.raises(LeaseTaken, match="in use by the leader at v"):
+            second.grant()
+        second.revoke()                 # never granted: gives nothing back
+        time.sleep(0.7)
+        assert first.valid() and etcd.get(f"{prefix}/leader/5eed0004") == "v"
+    finally:
+        first.revoke()

@@ -7,6 +7,7 @@ messages with it, and they are published again on the next connection (an
 at-least-once publisher, as applications write them: that is where
 duplicates come from). It tries the nodes in turn."""
 import asyncio
+import logging
 import threading
 import time
 
@@ -14,6 +15,10 @@ import aio_pika
 import pika
 
 WINDOW = 32
+
+# a refused connection during a failover is expected here, not news
+logging.getLogger("aio_pika").setLevel(logging.CRITICAL)
+logging.getLogger("aiormq").setLevel(logging.CRITICAL)
 
 
 class Publisher:
