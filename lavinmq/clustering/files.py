@@ -17,8 +17,18 @@ import os
 import stat
 
 OWN_FILES = {".lock", ".clustering_id", ".clustering_syncing", "lavinmqctl.sock"}
+PRIVATE = {"users.json"}        # password hashes: the owner only, as the leader writes it
 SYNCING_MARKER = ".clustering_syncing"
 HASH_CHUNK = 1024 * 1024
+
+
+def keep_own(data_dir, paths):
+    """The node's own files that live in the data directory (a log file, a
+    pidfile, a control socket put there): never replicated, never deleted."""
+    base = os.path.abspath(data_dir)
+    for path in paths:
+        if path and os.path.dirname(os.path.abspath(path)) == base:
+            OWN_FILES.add(os.path.basename(path))
 
 
 def replicated(rel):

@@ -340,12 +340,13 @@ class ReplicationClient:
         tmp = path + ".tmp"
         self._forget_fds(rel)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if offset == 0 else 0)
+        mode = 0o600 if rel in files.PRIVATE else 0o644
         try:
-            fd = os.open(tmp, flags, 0o644)
+            fd = os.open(tmp, flags, mode)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._dirs.add(self._parent(self._parent(rel)))
-            fd = os.open(tmp, flags, 0o644)
+            fd = os.open(tmp, flags, mode)
         try:
             done = 0
             while done < len(data):

@@ -29,7 +29,7 @@ import sys
 
 import lavinmq
 from lavinmq import sdnotify
-from lavinmq.clustering import changes, follower, settings
+from lavinmq.clustering import changes, files, follower, settings
 from lavinmq.clustering.coordinator import Coordinator
 from lavinmq.clustering.etcd import Etcd, EtcdError, Unavailable
 from lavinmq.clustering.lease import Lease, LeaseTaken
@@ -68,6 +68,7 @@ class Node:
         self.wake = asyncio.Event()     # the copy became whole: campaign now
         self.loop = None
         self.elected_at = None
+        files.keep_own(self.data_dir, [config.log_file, config.pidfile, config.control_unix_path])
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -116,6 +117,7 @@ class Node:
         return False
 
     async def _start(self):
+        said = 0.0
         while True:
             try:
                 await asyncio.to_thread(self.lease.grant)
@@ -123,7 +125,9 @@ class Node:
             except LeaseTaken as exc:
                 raise ConfigError(str(exc)) from None
             except (EtcdError, OSError) as exc:
-                log.warning("etcd: cannot take a lease: %s; retrying", exc)
+                if self.loop.time() - said > 10:       # once in a while, not twice a second
+                    said = self.loop.time()
+                    log.warning("etcd: cannot take a lease: %s; retrying", exc)
                 await asyncio.sleep(RETRY)
         self.lease.start()
         while True:
@@ -146,6 +150,7 @@ class Node:
             asyncio.ensure_future(self._regrant())
 
     async def _regrant(self):
+        said = 0.0
         while not self.stopping.is_set() and self.role != "leader":
             try:
                 await asyncio.to_thread(self.lease.grant)
@@ -153,7 +158,9 @@ class Node:
                 log.info("etcd lease taken again")
                 return
             except (EtcdError, OSError) as exc:
-                log.warning("etcd: cannot take a lease: %s; retrying", exc)
+                if self.loop.time() - said > 10:
+                    said = self.loop.time()
+                    log.warning("etcd: cannot take a lease: %s; retrying", exc)
                 await asyncio.sleep(RETRY)
 
     # -- following ---------------------------------------------------------------------------
@@ -341,6 +348,7 @@ class Node:
     async def _step_down(self):
         """A clean stop: fenced, the lease given back (a follower takes over
         at once), then the followers and clients are let go."""
+        sdnotify.notify("STOPPING=1")
         self.fence("stopping")
         await asyncio.to_thread(self.lease.revoke)
         log.info("lease given back: a follower takes over")

@@ -31,10 +31,12 @@ def prefix():
 
 
 @pytest.fixture
-def cluster(etcd, tmp_path, prefix):
-    """Three nodes, started; the test waits for what it needs."""
+def cluster(etcd, tmp_path, prefix, request):
+    """Three nodes, started; the test waits for what it needs. A test marked
+    cluster_args(...) gives every node those flags too."""
     from tests.cluster.harness import Cluster
-    c = Cluster(etcd, tmp_path, prefix).start()
+    marker = request.node.get_closest_marker("cluster_args")
+    c = Cluster(etcd, tmp_path, prefix, extra_args=marker.args if marker else ()).start()
     yield c
     c.stop()
     for n in c.nodes:

@@ -1,7 +1,10 @@
 """A leader that cannot know it lost: stopped (SIGSTOP) while another is
 elected, or cut off from etcd. Never two leaders confirming, and nothing
 confirmed is lost."""
+import os
 import time
+
+import pytest
 
 from tests.cluster.harness import wait_same_data
 from tests.cluster.traffic import Publisher, check, drain
@@ -49,7 +52,14 @@ def test_a_stopped_leader_never_confirms_after_another_was_elected(cluster):
     wait_same_data(cluster.nodes)
 
 
+HOOKS = "/tmp/lavinmq-cluster-hooks-{}.log".format(__import__("os").getpid())
+
+
+@pytest.mark.cluster_args("--clustering-on-leader-elected", f"echo elected >> {HOOKS}",
+                          "--clustering-on-leader-lost", f"echo lost >> {HOOKS}")
 def test_without_etcd_nothing_is_confirmed_until_it_returns(cluster):
+    if os.path.exists(HOOKS):
+        os.unlink(HOOKS)
     etcd = cluster.etcd
     cluster.wait_leader()
     cluster.wait_isr(3)
@@ -79,3 +89,8 @@ def test_without_etcd_nothing_is_confirmed_until_it_returns(cluster):
     lost, phantoms, duplicates = check(pub, drain(leader.url, "no-etcd"))
     assert lost == [] and phantoms == []
     wait_same_data(cluster.nodes)
+    # the hooks ran: elected at the start and again after etcd came back, lost when it went
+    with open(HOOKS) as f:
+        events = f.read().split()
+    os.unlink(HOOKS)
+    assert events.count("elected") >= 2 and events.count("lost") >= 1, events
