@@ -99,6 +99,13 @@ class Node:
                     self.proxies = None
             if not elected:
                 return 0
+            if follower.is_syncing(self.data_dir):
+                # a sync began between the campaign's check and the win (with
+                # a leader that was on its way out): this copy is not whole
+                log.error("elected while a sync was under way: stepping down")
+                self.role = "leader"
+                self.fence("elected with an unfinished sync")
+                return await self._fenced_exit()
             return await self._lead()
         finally:
             await self._leave()
