@@ -78,7 +78,30 @@ def throughput(cluster, single, seconds, repeat):
     return results
 
 
-def failover(cluster, kills):
+def probe(nodes, queue="probe"):
+    """-> the time of the first confirmed publish on a new connection through one of nodes."""
+    import pika
+    i = 0
+    while True:
+        node = nodes[i % len(nodes)]
+        i += 1
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(node.url + "?socket_timeout=1&blocked_connection_timeout=2"))
+            try:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare(queue, durable=True)
+                ch.basic_publish("", queue, b"0", pika.BasicProperties(delivery_mode=2))
+                return time.monotonic()
+            finally:
+                conn.close()
+        except Exception:
+            time.sleep(0.02)
+
+
+def failover(cluster, kills, signal_name="SIGKILL"):
+    """SIGKILL: the process is gone (its followers notice at once). SIGSTOP:
+    it hangs (they wait out its lease); it is then killed and restarted."""
     cluster.wait_leader()
     cluster.wait_isr(3)
     pub = Publisher([n.url for n in cluster.nodes], "failover").start()
@@ -91,14 +114,21 @@ def failover(cluster, kills):
             pub.wait_confirmed(len(pub.confirmed) + 100)
             connection = pub.connections
             t0 = time.monotonic()
-            leader.kill()
-            times.append(pub.wait_confirm_after(t0, connection=connection) - t0)
+            if signal_name == "SIGKILL":
+                leader.kill()
+                times.append(pub.wait_confirm_after(t0, connection=connection) - t0)
+            else:
+                # a client on the hung leader waits for its own timeout (heartbeats):
+                # what counts is when a new connection, through any other node, is served
+                leader.pause()
+                times.append(probe([n for n in cluster.nodes if n is not leader]) - t0)
+                leader.kill()
             leader.start()
         cluster.wait_isr(3)
     finally:
         pub.stop()
     lost, phantoms, duplicates = check(pub, drain(cluster.wait_leader().url, "failover"))
-    print(f"failover over {kills} SIGKILLs of the leader: min {min(times):.3f} median {statistics.median(times):.3f} "
+    print(f"failover over {kills} {signal_name}s of the leader: min {min(times):.3f} median {statistics.median(times):.3f} "
           f"max {max(times):.3f} s; {len(pub.confirmed)} confirmed, {len(lost)} lost, {len(phantoms)} phantoms, "
           f"{duplicates} duplicates", flush=True)
     return times, lost, phantoms, duplicates
@@ -109,6 +139,7 @@ def main():
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--stops", type=int, default=0, help="SIGSTOPs of the leader (a hung process: its lease runs out)")
     p.add_argument("--lease-ttl", type=int, default=2)
     p.add_argument("--skip-throughput", action="store_true")
     a = p.parse_args()
@@ -123,6 +154,8 @@ def main():
             throughput(cluster, single, a.seconds, a.repeat)
         if a.kills:
             failover(cluster, a.kills)
+        if a.stops:
+            failover(cluster, a.stops, "SIGSTOP")
     finally:
         single.stop()
         cluster.stop()
