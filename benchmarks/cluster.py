@@ -86,7 +86,8 @@ def probe(nodes, queue="probe"):
         node = nodes[i % len(nodes)]
         i += 1
         try:
-            conn = pika.BlockingConnection(pika.URLParameters(node.url + "?socket_timeout=1&blocked_connection_timeout=2"))
+            params = pika.URLParameters(node.url + "?socket_timeout=1&blocked_connection_timeout=2")
+            conn = pika.BlockingConnection(params)
             try:
                 ch = conn.channel()
                 ch.confirm_delivery()
@@ -128,7 +129,8 @@ def failover(cluster, kills, signal_name="SIGKILL"):
     finally:
         pub.stop()
     lost, phantoms, duplicates = check(pub, drain(cluster.wait_leader().url, "failover"))
-    print(f"failover over {kills} {signal_name}s of the leader: min {min(times):.3f} median {statistics.median(times):.3f} "
+    print(f"failover over {kills} {signal_name}s of the leader: min {min(times):.3f} "
+          f"median {statistics.median(times):.3f} "
           f"max {max(times):.3f} s; {len(pub.confirmed)} confirmed, {len(lost)} lost, {len(phantoms)} phantoms, "
           f"{duplicates} duplicates", flush=True)
     return times, lost, phantoms, duplicates

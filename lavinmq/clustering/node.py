@@ -31,7 +31,7 @@ import lavinmq
 from lavinmq import sdnotify
 from lavinmq.clustering import changes, files, follower, settings
 from lavinmq.clustering.coordinator import Coordinator
-from lavinmq.clustering.etcd import Etcd, EtcdError, Unavailable
+from lavinmq.clustering.etcd import Etcd, EtcdError
 from lavinmq.clustering.lease import Lease, LeaseTaken
 from lavinmq.errors import ConfigError
 

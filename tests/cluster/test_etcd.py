@@ -200,7 +200,8 @@ def test_a_node_id_another_leader_holds_is_refused(etcd, prefix):
     """Two nodes with one id (a copied data directory): the second must not
     take the first one's lease away."""
     from lavinmq.clustering.lease import LeaseTaken
-    first = Lease([parse_endpoint(etcd.endpoint)], 0x5eed0004, ttl=2, uri="tcp://a:1", leader_prefix=f"{prefix}/leader/")
+    first = Lease([parse_endpoint(etcd.endpoint)], 0x5eed0004, ttl=2, uri="tcp://a:1",
+                  leader_prefix=f"{prefix}/leader/")
     first.grant()
     first.start()
     try:
