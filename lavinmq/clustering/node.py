@@ -332,11 +332,13 @@ class Node:
         return 0
 
     def logical_sizes(self):
-        """rel path -> data size of every write segment (for a full sync's listing)."""
+        """rel path -> data size of every write segment (for a full sync's
+        listing): the queues' stores and the persistent exchanges'."""
         out = {}
         for vhost in list(self.server.vhosts.values()):
-            for q in list(vhost.queues.values()):
-                store = getattr(q, "store", None)
+            stores = [getattr(q, "store", None) for q in list(vhost.queues.values())]
+            stores += [getattr(getattr(ex, "persist", None), "store", None) for ex in list(vhost.exchanges.values())]
+            for store in stores:
                 segments = getattr(store, "write_segments", None)
                 if segments is None:
                     continue

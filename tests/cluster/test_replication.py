@@ -49,6 +49,10 @@ def test_followers_hold_what_the_leader_holds(cluster):
     ch = conn.channel()
     ch.exchange_declare("ex", "topic", durable=True)
     ch.queue_bind("plain", "ex", "a.#")
+    ch.exchange_declare("kept", "direct", durable=True, arguments={"x-persist-messages": 1000})
+    ch.confirm_delivery()
+    for i in range(50):
+        ch.basic_publish("kept", "k", b"e%d" % i, pika.BasicProperties(delivery_mode=2))
     ch.queue_declare("gone", durable=True)
     ch.queue_delete("gone")
     conn.close()
