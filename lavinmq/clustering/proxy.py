@@ -112,15 +112,18 @@ class Proxies:
         self._changed = asyncio.Event()
 
     async def start(self):
+        from lavinmq.listener import ListenError, bind_sockets
         loop = asyncio.get_running_loop()
         for bind, port, what in self.listeners:
             try:
-                server = await loop.create_server(lambda port=port: _ClientSide(self, port), bind, port,
-                                                  reuse_address=True)
-            except OSError as exc:
-                log.error("cannot proxy %s on %s:%d to the leader: %s", what, bind, port, exc.strerror or exc)
+                # the sockets the process took at start (lavinmq/ports.py), or new ones
+                socks = bind_sockets(bind, port, f"{what} port", "proxied to the leader")
+            except ListenError as exc:
+                log.error("cannot proxy %s to the leader: %s", what, exc)
                 continue
-            self.servers.append(server)
+            for sock in socks:
+                server = await loop.create_server(lambda port=port: _ClientSide(self, port), sock=sock)
+                self.servers.append(server)
         if self.servers:
             log.info("proxying %s to the leader", ", ".join(f"{w} ({b}:{p})" for b, p, w in self.listeners))
 
