@@ -86,6 +86,15 @@ class Config:
     tls_min_version: str | None = None  # 1.0 .. 1.3; None = 1.2
     tls_verify_peer: bool = False       # require a client certificate signed by tls_ca_cert
     tls_ca_cert: str | None = None
+    # MQTT 3.1.1 (lavinmq/mqtt), LavinMQ's [mqtt] section; a port of 0 or -1 is off
+    mqtt_bind: str = "127.0.0.1"
+    mqtt_port: int = 1883
+    mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
+    mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
+    mqtt_max_packet_size: int = 268435455
+    mqtt_default_vhost: str = "/"       # for user names without "vhost:"
+    mqtt_permission_check_enabled: bool = False
+    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -200,6 +209,15 @@ OPTIONS = {
                               optional=True, choices=("1.0", "1.1", "1.2", "1.3")),
     "tls_verify_peer": Option("bool", (("main", "tls_verify_peer"),)),
     "tls_ca_cert": Option("str", (("main", "tls_ca_cert"),), optional=True),
+    "mqtt_bind": Option("str", (("mqtt", "bind"),)),
+    "mqtt_port": Option("int", (("mqtt", "port"),), lo=-1, hi=65535),
+    "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
+    "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
+    "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
+    "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
+    "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
+                                        choices=("none", "username")),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -211,8 +229,8 @@ HARMLESS_KEYS = {
              "max_deleted_definitions", "default_consistent_hash_algorithm"},
     "amqp": set(),
     "mgmt": set(),
-    # no MQTT listener and no clustering here: where they would listen is moot
-    "mqtt": {"bind", "default_vhost"},
+    "mqtt": set(),
+    # no clustering here: where it would listen is moot
     "clustering": {"bind", "port", "advertised_uri", "etcd_endpoints", "etcd_prefix", "max_unsynced_actions",
                    "on_leader_elected", "on_leader_lost"},
 }
@@ -223,8 +241,9 @@ UNSUPPORTED_KEYS = {
     "main": {"tls_keylog_file", "auth_backends"},
     "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources", "amqp_systemd_socket_name"},
     "mgmt": {"unix_path", "http_systemd_socket_name"},
+    "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
+UNSUPPORTED_SECTIONS = {"clustering", "oauth", "experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
 
 
@@ -351,12 +370,13 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "default_user_only_loopback": "--default-user-only-loopback",
               "amqps_port": "--amqps-port", "https_port": "--https-port", "tls_cert": "--cert",
               "tls_key": "--key", "tls_ciphers": "--ciphers", "tls_min_version": "--tls-min-version",
-              "handshake_timeout": "--handshake-timeout", "loopback_users": "--loopback-users"}
+              "handshake_timeout": "--handshake-timeout", "loopback_users": "--loopback-users",
+              "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port"}
 
 
 def apply_args(config, args):
     if args.bind is not None:
-        for field in ("amqp_bind", "http_bind"):
+        for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
     for field, flag in CLI_FIELDS.items():
         value = getattr(args, field)
@@ -380,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for both AMQP and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -406,6 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AMQPS port, once --cert is given (default 5671, 0 = off)")
     p.add_argument("--https-port", dest="https_port", metavar="PORT",
                    help="HTTPS management port, once --cert is given (default 15671, 0 = off)")
+    p.add_argument("--mqtt-port", dest="mqtt_port", metavar="PORT", help="MQTT port (default 1883, 0 = off)")
+    p.add_argument("--mqtts-port", dest="mqtts_port", metavar="PORT",
+                   help="MQTT over TLS port, once --cert is given (default 8883, 0 = off)")
+    p.add_argument("--mqtt-bind", dest="mqtt_bind", metavar="ADDR", help="MQTT address (default 127.0.0.1)")
     p.add_argument("--cert", dest="tls_cert", metavar="FILE", help="TLS certificate (with its chain)")
     p.add_argument("--key", dest="tls_key", metavar="FILE",
                    help="private key for the TLS certificate (default: in the --cert file)")
