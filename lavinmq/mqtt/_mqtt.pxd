@@ -59,6 +59,7 @@ cdef class MQTTCore:
         public Exchange exchange         # amq.topic of the session's vhost
         public bytearray qos2_in         # session state: packet ids of QoS 2 publishes awaiting PUBREL
         public SessionConsumer consumer  # the session's, once it has a queue
+        public Queue flow_queue          # a consumed queue it filled past FLOW_BACKLOG: reading waits for it
         WriteBuffer rec                  # the record being built
         WriteBuffer acks                 # PUBACK/PUBREC owed for this read batch
         public uint32_t acks_deferred    # batches of acks waiting for a disk flush

@@ -29,6 +29,7 @@ from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
 from lavinmq._core.segment cimport SP
 
+from lavinmq._core import queue as _queue_mod
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_PROTOCOL_VERSION,
 )
@@ -47,9 +48,38 @@ cdef enum:
     READ_BUFFER = 65536         # a connection's first read buffer; grows for larger packets
     READ_KEEP = 1 << 20         # a buffer above this is given back once it is empty again
     REC_KEEP = 1 << 20
-    FLOW_BACKLOG = 4096         # ready messages in a consumed queue before publishers are slowed
+    # Flow control: a publisher that fills a consumed queue past FLOW_BACKLOG
+    # ready messages is not read until the queue is down to FLOW_RESUME. A
+    # fixed pause is not enough when a thousand publishers share one
+    # subscriber: one loop turn would read them all, and the subscriber gets
+    # one delivery pass per turn.
+    FLOW_BACKLOG = 4096
+    FLOW_RESUME = 1024
 
-cdef double FLOW_PAUSE = 0.002  # seconds a throttled publisher's socket is left unread
+# connections waiting for their flow_queue; looked at after each delivery pass
+cdef list _flow_paused = []
+
+
+def _resume_flow():
+    cdef MQTTCore c
+    cdef Queue q
+    cdef list still = []
+    global _flow_paused
+    if not _flow_paused:
+        return
+    waiting, _flow_paused = _flow_paused, still
+    for x in waiting:
+        c = <MQTTCore>x
+        q = c.flow_queue
+        if c.transport is None or c.phase != MP_OPEN:
+            c.flow_queue = None
+        elif q is None or q.closed or not q.consumers or q.store.ready <= FLOW_RESUME:
+            c.flow_queue = None
+            c.resume_after_flow()
+        else:
+            still.append(c)
+
+_queue_mod.add_after_delivery_hook(_resume_flow)
 
 # The properties of a record made from a PUBLISH of QoS 0, 1, 2 (disk form:
 # flags LE, headers as a LE length and the wire's table body, delivery_mode)
@@ -374,6 +404,7 @@ cdef class MQTTCore:
                     refused |= rc
                 elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:
                     st.throttle = True
+                    self.flow_queue = q
         finally:
             release_route_out(out)
         if refused & PUBLISH_NO_SPACE:
@@ -431,14 +462,16 @@ cdef class MQTTCore:
     # -- flow control (as the AMQP core) ------------------------------------------------
 
     def slow_down(self):
-        if self.transport is not None and self.phase == MP_OPEN:
+        if self.transport is not None and self.phase == MP_OPEN and not self.paused_reading:
             self.transport.pause_reading()
             self.paused_reading = True
-            asyncio.get_running_loop().call_later(FLOW_PAUSE, self.resume_after_flow)
+            _flow_paused.append(self)
+            if self.flow_queue is not None:
+                schedule_queue(self.flow_queue)     # a delivery pass comes, and looks again
 
     def resume_after_flow(self):
         if self.paused_reading and self.transport is not None and self.phase == MP_OPEN \
-                and not self.state.blocked:
+                and not self.state.blocked and self.flow_queue is None:
             self.paused_reading = False
             self.transport.resume_reading()
 
