@@ -296,7 +296,6 @@ cdef class SessionConsumer(ConsumerBase):
         that is not in flight (or in another state) is ignored."""
         cdef Py_ssize_t idx = self.find(pid)
         cdef Flight *f
-        cdef WriteBuffer acks = self.conn.acks
         if idx < 0:
             return 0
         f = &self.ring[idx]
@@ -310,11 +309,7 @@ cdef class SessionConsumer(ConsumerBase):
             f.state = FL_RELEASED
             self.ack_count += 1
             self.queue.ack(f.sp)
-            acks.reserve(4)
-            acks.buf[acks.len] = <char>((T_PUBREL << 4) | 2)
-            acks.buf[acks.len + 1] = 2
-            put_be16(acks.buf + acks.len + 2, pid)
-            acks.len += 4
+            self.conn.owe((T_PUBREL << 4) | 2, pid)
         elif kind == T_PUBCOMP and f.state == FL_RELEASED:
             f.state = FL_DONE
             schedule_queue(self.queue)      # a packet id is free again

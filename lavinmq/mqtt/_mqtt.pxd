@@ -55,13 +55,15 @@ cdef class MQTTCore:
         public double last_send
         public uint32_t max_packet_size
         public bint paused_reading
+        bint filled                      # the last read filled the buffer
+        Py_ssize_t offered               # free bytes of the last get_buffer
         public bint may_publish          # permission_check_enabled: write on the exchange
         public Exchange exchange         # amq.topic of the session's vhost
         public bytearray qos2_in         # session state: packet ids of QoS 2 publishes awaiting PUBREL
         public SessionConsumer consumer  # the session's, once it has a queue
         public Queue flow_queue          # a consumed queue it filled past FLOW_BACKLOG: reading waits for it
-        WriteBuffer rec                  # the record being built
-        WriteBuffer acks                 # PUBACK/PUBREC owed for this read batch
+        WriteBuffer rec                  # the record being built (made at the first publish)
+        WriteBuffer acks                 # PUBACK/PUBREC/PUBCOMP owed for this read batch (made when first owed)
         public uint32_t acks_deferred    # batches of acks waiting for a disk flush
         # stats
         public uint64_t publish_count    # PUBLISH received
@@ -72,6 +74,7 @@ cdef class MQTTCore:
     cdef int process(self) except -1
     cdef int handle(self, uint8_t first, const char *p, Py_ssize_t n) except -1
     cdef int on_publish(self, uint8_t flags, const char *p, Py_ssize_t n) except -1
+    cdef int owe(self, uint8_t first, uint16_t pid) except -1
     cdef int publish_record(self, const char *topic, Py_ssize_t tlen, const char *body, Py_ssize_t blen,
                             int qos) except -1
     cdef int end_batch(self) except -1

@@ -45,7 +45,11 @@ include "_codec.pxi"
 include "_deliver.pxi"
 
 cdef enum:
-    READ_BUFFER = 65536         # a connection's first read buffer; grows for larger packets
+    # A connection's first read buffer is small (a device may send a packet a
+    # minute); it doubles while reads fill it, up to READ_STREAM, and for a
+    # larger packet doubles as the packet's bytes arrive, never ahead of them
+    READ_BUFFER = 16384
+    READ_STREAM = 262144
     READ_KEEP = 1 << 20         # a buffer above this is given back once it is empty again
     REC_KEEP = 1 << 20
     # Flow control: a publisher that fills a consumed queue past FLOW_BACKLOG
@@ -144,8 +148,6 @@ cdef class MQTTCore:
         if self.rbuf is NULL:
             raise MemoryError()
         self.state = ConnState(self)
-        self.rec = WriteBuffer()
-        self.acks = WriteBuffer()
         self.max_packet_size = MAX_REMAINING
         self.may_publish = True
         self.last_recv = self.last_send = monotonic()
@@ -160,34 +162,41 @@ cdef class MQTTCore:
         self.rbuf = NULL
         self.rcap = self.rlen = 0
         self.state.wbuf.clear()
-        self.rec.shrink(256)
+        self.rec = None
 
     # -- asyncio.BufferedProtocol ------------------------------------------------
 
     def get_buffer(self, Py_ssize_t sizehint):
-        cdef Py_ssize_t need = 4096
         cdef Py_ssize_t cap = self.rcap
+        cdef Py_ssize_t newcap = cap
+        cdef Py_ssize_t total
         cdef uint32_t rem
         cdef Py_ssize_t k
         cdef char *nb
+        if self.filled and cap < READ_STREAM:
+            newcap = cap * 2            # the last read filled it: a busy publisher
         if self.rlen >= 2 and self.phase != MP_CLOSED:
-            # a packet is partly here: make room for all of it at once
-            k = read_varint(self.rbuf + 1, self.rlen - 1, &rem) if self.rlen > 1 else -1
+            # a packet is partly here: room for more of it, at most doubling
+            k = read_varint(self.rbuf + 1, self.rlen - 1, &rem)
             if k > 0 and rem <= self.max_packet_size:
-                need = max(need, 1 + k + <Py_ssize_t>rem - self.rlen)
-        if cap - self.rlen < need:
-            while cap - self.rlen < need:
-                cap *= 2
-            nb = <char *>realloc(self.rbuf, cap)
+                total = 1 + k + <Py_ssize_t>rem
+                if total > cap:
+                    newcap = max(newcap, min(total, cap * 2))
+        if cap - self.rlen < 4096:
+            newcap = max(newcap, cap * 2)
+        if newcap != cap:
+            nb = <char *>realloc(self.rbuf, newcap)
             if nb is NULL:
                 raise MemoryError()
             self.rbuf = nb
-            self.rcap = cap
+            self.rcap = newcap
+        self.offered = self.rcap - self.rlen
         return PyMemoryView_FromMemory(self.rbuf + self.rlen, self.rcap - self.rlen, PyBUF_WRITE)
 
     def buffer_updated(self, Py_ssize_t nbytes):
         cdef ConnState st = self.state
         cdef uint64_t publishes = self.publish_count
+        self.filled = nbytes == self.offered
         self.rlen += nbytes
         st.recv_oct += nbytes
         self.last_recv = monotonic()
@@ -230,10 +239,11 @@ cdef class MQTTCore:
                 if self.rlen:
                     memmove(self.rbuf, self.rbuf + pos, self.rlen)
             if self.rlen == 0 and self.rcap > READ_KEEP:
-                nb = <char *>realloc(self.rbuf, READ_BUFFER)
+                # after a large packet: back to a buffer for streaming
+                nb = <char *>realloc(self.rbuf, READ_STREAM)
                 if nb is not NULL:
                     self.rbuf = nb
-                    self.rcap = READ_BUFFER
+                    self.rcap = READ_STREAM
         return 0
 
     cdef int handle(self, uint8_t first, const char *p, Py_ssize_t n) except -1:
@@ -265,11 +275,7 @@ cdef class MQTTCore:
                 if self.qos2_in is not None:
                     bits = PyByteArray_AS_STRING(self.qos2_in)
                     bits[pid >> 3] &= ~(1 << (pid & 7))
-                self.acks.reserve(4)
-                self.acks.buf[self.acks.len] = <char>(T_PUBCOMP << 4)
-                self.acks.buf[self.acks.len + 1] = 2
-                put_be16(self.acks.buf + self.acks.len + 2, pid)
-                self.acks.len += 4
+                self.owe(T_PUBCOMP << 4, pid)
             elif self.consumer is not None:
                 self.consumer.on_ack(t, pid)
             return 0
@@ -328,7 +334,7 @@ cdef class MQTTCore:
         self.publish_count += 1
         if qos == 2:
             if self.qos2_in is None:
-                raise ProtocolError("QoS 2 before the session is set up")
+                self.qos2_in = self.qos2_state()      # once per session: its first QoS 2 publish
             bits = PyByteArray_AS_STRING(self.qos2_in)
             if not bits[pid >> 3] & (1 << (pid & 7)):
                 bits[pid >> 3] |= 1 << (pid & 7)
@@ -342,14 +348,21 @@ cdef class MQTTCore:
                 self.on_retain(p[2:2 + tlen], p[pos:n], qos)
         if qos:
             # owed once the message is in the stores (and on disk): end_batch
-            ack_type = T_PUBACK if qos == 1 else T_PUBREC
-            self.acks.reserve(4)
-            self.acks.buf[self.acks.len] = <char>(ack_type << 4)
-            self.acks.buf[self.acks.len + 1] = 2
-            put_be16(self.acks.buf + self.acks.len + 2, pid)
-            self.acks.len += 4
+            self.owe((T_PUBACK if qos == 1 else T_PUBREC) << 4, pid)
         else:
             self.publish_qos0 += 1
+        return 0
+
+    cdef int owe(self, uint8_t first, uint16_t pid) except -1:
+        """An acknowledgement packet, sent at the end of the read batch."""
+        cdef WriteBuffer acks = self.acks
+        if acks is None:
+            acks = self.acks = WriteBuffer()
+        acks.reserve(4)
+        acks.buf[acks.len] = <char>first
+        acks.buf[acks.len + 1] = 2
+        put_be16(acks.buf + acks.len + 2, pid)
+        acks.len += 4
         return 0
 
     cdef int publish_record(self, const char *topic, Py_ssize_t tlen, const char *body, Py_ssize_t blen,
@@ -368,7 +381,9 @@ cdef class MQTTCore:
             raise ProtocolError("PUBLISH before the connection is set up")
         if <uint64_t>blen > st.max_message_size:
             raise ProtocolError(f"message of {blen} bytes is larger than max_message_size {st.max_message_size}")
-        if wb.cap > REC_KEEP:
+        if wb is None:
+            wb = self.rec = WriteBuffer()
+        elif wb.cap > REC_KEEP:
             wb.shrink(REC_KEEP)
         wb.clear()
         wb.reserve(8 + 1 + 9 + 1 + tlen + PROPS_LEN + 8 + blen)
@@ -426,7 +441,7 @@ cdef class MQTTCore:
         the messages on disk (group commit, lavinmq.sync), in order."""
         cdef WriteBuffer acks = self.acks
         syncer = self.state.syncer
-        if acks.len:
+        if acks is not None and acks.len:
             if syncer is None or (self.acks_deferred == 0 and syncer.idle):
                 self.state.wbuf.write_raw(acks.buf, acks.len)
                 acks.clear()
@@ -488,6 +503,10 @@ cdef class MQTTCore:
     def refuse_connect(self, exc):
         raise NotImplementedError
 
+    def qos2_state(self):
+        """-> the session's bytearray of QoS 2 packet ids awaiting PUBREL."""
+        raise NotImplementedError
+
     def on_subscribe(self, uint16_t pid, list filters):
         raise NotImplementedError
 
@@ -526,9 +545,9 @@ def bench_feed(MQTTCore conn, bytes data, int repeat):
     repeat times (no event loop: acks go out at once)."""
     cdef int i
     cdef Py_ssize_t n = len(data)
-    if n > conn.rcap:
-        raise ValueError("bench_feed: data larger than the read buffer")
     for i in range(repeat):
+        if conn.rlen + n > conn.rcap:
+            raise ValueError("bench_feed: data larger than the read buffer")
         memcpy(conn.rbuf + conn.rlen, <const char *>data, n)
         conn.rlen += n
         conn.process()

@@ -20,8 +20,13 @@ class SessionState:
     __slots__ = ("qos2_in", "pending_pubrel")
 
     def __init__(self):
-        self.qos2_in = bytearray(QOS2_BITMAP)
+        self.qos2_in = None         # made at the session's first QoS 2 publish (8 KiB)
         self.pending_pubrel = []
+
+    def qos2(self):
+        if self.qos2_in is None:
+            self.qos2_in = bytearray(QOS2_BITMAP)
+        return self.qos2_in
 
 
 class Broker:

@@ -32,7 +32,9 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     def __init__(self, server):
         self.server = server
         self.config = cfg = server.config
-        self.max_packet_size = cfg.mqtt_max_packet_size
+        # a PUBLISH body is at most max_message_size: a packet that cannot be
+        # one is refused at its header, not after it was read into memory
+        self.max_packet_size = min(cfg.mqtt_max_packet_size, cfg.max_message_size + 65536 + 5)
         self.state.max_message_size = cfg.max_message_size
         self.state.syncer = server.syncer
         self.vhost = None
@@ -156,7 +158,7 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
             q = None        # an AMQP queue of that name: not a session
         present = q is not None
         st = broker.session_state(client_id)
-        self.qos2_in = st.qos2_in
+        self.qos2_in = st.qos2_in       # None until the session's first QoS 2 publish
         self.exchange = vhost.exchanges["amq.topic"]
         self.may_publish = self._may_write_exchange()
         vhost.connections.add(self)
@@ -174,6 +176,9 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
         self.send(_mqtt.connack(False, exc.code))
         self._shut(publish_will=False, reason="connect refused")
+
+    def qos2_state(self):
+        return self.broker.session_state(self.client_id).qos2()
 
     def _login(self, username, password):
         if username is None or password is None:
