@@ -169,11 +169,12 @@ def node_client():
     directory on first use. Skipped only when npm cannot reach its registry."""
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node and npm are not installed (./dev test installs nodejs and npm)")
-    module = os.path.join(NODE_CACHE, "node_modules", "@cloudamqp", "amqp-client")
-    if not os.path.exists(os.path.join(module, "package.json")):
+    modules = os.path.join(NODE_CACHE, "node_modules")
+    if not all(os.path.exists(os.path.join(modules, m, "package.json")) for m in ("@cloudamqp/amqp-client", "ws")):
         os.makedirs(NODE_CACHE, exist_ok=True)
+        # ws: Node before 22 has no WebSocket of its own
         r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", NODE_CACHE,
-                            "@cloudamqp/amqp-client@4"], capture_output=True, text=True, timeout=300)
+                            "@cloudamqp/amqp-client@4", "ws@8"], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             if any(w in r.stderr for w in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network")):
                 pytest.skip(f"npm cannot reach its registry to install @cloudamqp/amqp-client: "
@@ -184,7 +185,7 @@ def node_client():
 
 def run_js_client(url, prefix, env=None):
     modules = node_client()
-    return subprocess.Popen(["node", "--experimental-websocket", os.path.join(HERE, "js", "amqp_ws.js"), url, prefix],
+    return subprocess.Popen(["node", os.path.join(HERE, "js", "amqp_ws.js"), url, prefix],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NODE_PATH": modules, **(env or {})})
 

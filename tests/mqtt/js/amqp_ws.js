@@ -1,10 +1,13 @@
 // AMQP 0-9-1 over WebSocket with @cloudamqp/amqp-client (the browser
 // client, run under Node): the test drives it line by line on stdin/stdout.
-//   node --experimental-websocket amqp_ws.js URL PREFIX
+//   node amqp_ws.js URL PREFIX
+// Node before 22 has no WebSocket of its own (Debian bookworm's is 18): the
+// `ws` package stands in for the browser's then.
 // 1. declares an exclusive queue bound to amq.topic with PREFIX.#, prints "ready"
 // 2. prints every message it gets as JSON {routingKey, body, headers}
 // 3. on the stdin line "publish KEY BODY" publishes to amq.topic (with
 //    confirms), prints "published"; on "quit" closes the connection, prints "closed"
+if (typeof globalThis.WebSocket === "undefined") globalThis.WebSocket = require("ws")
 const { AMQPWebSocketClient } = require("@cloudamqp/amqp-client")
 const readline = require("readline")
 
