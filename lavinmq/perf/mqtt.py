@@ -117,7 +117,10 @@ class MQTTClient(asyncio.Protocol):
             _, self = await loop.create_connection(cls, target["host"], target["port"], ssl=ctx)
         fut = self.expect(2)
         self.transport.write(connect_packet(client_id, target["user"], target["password"], clean))
-        first, body = await asyncio.wait_for(fut, 10)
+        try:
+            first, body = await asyncio.wait_for(fut, 30)
+        except TimeoutError:
+            raise ConnectionError(f"no CONNACK for {client_id} within 30 s") from None
         if body[1] != 0:
             raise ConnectionError(f"CONNACK return code {body[1]} for {client_id}")
         return self
@@ -165,8 +168,11 @@ class MQTTClient(asyncio.Protocol):
 
     def disconnect(self):
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"\xe0\x00")
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()      # still full of publishes nobody reads: no DISCONNECT behind them
+            else:
+                self.transport.write(b"\xe0\x00")
+                self.transport.close()
 
 
 class Run:
@@ -231,7 +237,11 @@ class Run:
                 c.transport.write(batch.take(n))
                 c.sent += n
                 if not c.can_write.is_set():
-                    await c.can_write.wait()
+                    # the broker is not reading us (flow control): wait, but not past the end
+                    try:
+                        await asyncio.wait_for(c.can_write.wait(), max(0.01, min(1, deadline - time.monotonic())))
+                    except TimeoutError:
+                        pass
                 elif o.qos == 0:
                     await asyncio.sleep(0)
             if o.qos:
@@ -420,7 +430,7 @@ def _child(opts, pipe):
                                    lambda: pipe.send(("ready", None)) if opts.consumers else None))
         pipe.send(("result", r))
     except Exception as exc:
-        pipe.send(("error", str(exc)))
+        pipe.send(("error", str(exc) or type(exc).__name__))
 
 
 def main(argv):
@@ -436,6 +446,6 @@ def main(argv):
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        print(f"lavinmqperf mqtt: error: {exc}", file=sys.stderr)
+        print(f"lavinmqperf mqtt: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
     return 1 if result.get("bad_bodies") else 0

@@ -26,8 +26,20 @@ class _Transport:
     def close(self):
         self.real.close()
 
+    def abort(self):
+        self.real.abort()
+
     def is_closing(self):
         return self.real.is_closing()
+
+    def get_write_buffer_size(self):
+        return self.real.get_write_buffer_size()
+
+    def pause_reading(self):
+        self.real.pause_reading()
+
+    def resume_reading(self):
+        self.real.resume_reading()
 
 
 class _WSProtocol(asyncio.Protocol):

@@ -36,15 +36,23 @@ def test_counts(mqtt_broker, extra):
     assert result["bad_bodies"] == 0
 
 
-def test_over_websocket_with_rate_lines(mqtt_broker):
-    topic = unique("wsperf")
-    out = perf("-u", f"ws://guest:guest@127.0.0.1:{mqtt_broker.http_port}/mqtt", "-z", "2", "--qos", "1",
-               "--inflight", "100", "--clean-session", "-t", topic, "--client-id-prefix", unique("w") + "-")
+def test_over_websocket(mqtt_broker):
+    out = perf("-u", f"ws://guest:guest@127.0.0.1:{mqtt_broker.http_port}/mqtt", "-C", "30000", "--qos", "1",
+               "--inflight", "100", "--clean-session", "-t", unique("wsperf"), "--client-id-prefix",
+               unique("w") + "-", "-V")
     lines = out.splitlines()
-    assert any(line.startswith("Publish rate:") and "Consume rate:" in line for line in lines)
     consumed = int([line for line in lines if line.startswith("Total consumed:")][0].split()[-1])
     published = int([line for line in lines if line.startswith("Total published:")][0].split()[-1])
-    assert published > 0 and consumed == published
+    assert published == consumed == 30000
+    assert "Bodies that differ: 0" in lines
+
+
+def test_rate_lines(mqtt_broker):
+    out = perf("-u", f"mqtt://guest:guest@127.0.0.1:{mqtt_broker.mqtt_port}", "-z", "2.5", "--clean-session",
+               "-t", unique("lines"), "--client-id-prefix", unique("l") + "-")
+    rates = [line for line in out.splitlines() if line.startswith("Publish rate:")]
+    assert len(rates) >= 2 and all(line.endswith("msgs/s") and "Consume rate:" in line for line in rates)
+    assert "Average consume rate:" in out
 
 
 def test_retain_and_persistent_sessions(mqtt_broker):
