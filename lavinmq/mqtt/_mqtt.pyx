@@ -27,6 +27,7 @@ from lavinmq._core.clock cimport now_ms
 from lavinmq._core.props cimport P_HEADERS, PROP_COUNT, prop_field_size
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
+from lavinmq._core.exchange_store cimport keep_routed
 from lavinmq._core.segment cimport SP
 
 from lavinmq._core import queue as _queue_mod
@@ -396,6 +397,8 @@ cdef class MQTTCore:
         cdef Queue q
         cdef int rc
         cdef int refused = 0
+        cdef const char *r
+        cdef Py_ssize_t rn
         if ex is None:
             raise ProtocolError("PUBLISH before the connection is set up")
         if <uint64_t>blen > st.max_message_size:
@@ -419,12 +422,16 @@ cdef class MQTTCore:
         memcpy(wb.buf + props_off + PROPS_LEN + 8, body, blen)
         wb.len = props_off + PROPS_LEN + 8 + blen
         out = acquire_route_out()
+        r, rn = wb.buf, wb.len
         try:
             ex.route(out, wb.buf + rk_off, tlen, wb.buf + props_off, PROPS_LEN)
+            if out.npstores:
+                # a persistent exchange bound to amq.topic keeps it, stamped with its x-offset
+                r = keep_routed(out, r, &rn, &refused)
             if out.nq == 0:
                 self.unroutable_count += 1
-                return 0
-            ex.publish_out_count += 1
+            else:
+                ex.publish_out_count += 1
             for i in range(out.nq):
                 q = <Queue><object>out.queues[i]
                 if q.closed:
@@ -433,7 +440,7 @@ cdef class MQTTCore:
                     # QoS 0 is not kept for a session whose client is away (as LavinMQ)
                     self.dropped_offline += 1
                     continue
-                rc = q.publish(wb.buf, wb.len)
+                rc = q.publish(r, rn)
                 if rc:
                     refused |= rc
                 elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:

@@ -110,3 +110,21 @@ def test_mosquitto_clients(mqtt_broker):
                          capture_output=True, text=True, timeout=10)
     assert bad.returncode != 0
     subprocess.run(["mosquitto_pub", *common, "-t", f"{base}/retained", "-n", "-r"], check=True, timeout=10)
+
+
+def test_a_persistent_exchange_bound_to_amq_topic_keeps_mqtt_publishes(mqtt_broker, channel):
+    """MQTT publishes take the same route as AMQP ones: a persistent exchange
+    (x-persist-messages) bound to amq.topic keeps them, stamped with x-offset."""
+    from tests.mqtt.test_basic import api
+    base, keeper = unique("keep"), unique("keeper")
+    channel.exchange_declare(keeper, "topic", durable=False, arguments={"x-persist-messages": 100})
+    channel.exchange_bind(keeper, "amq.topic", f"{base}.#")
+    q = channel.queue_declare("", exclusive=True).method.queue
+    channel.queue_bind(q, keeper, "#")
+    pub = Client(mqtt_broker, unique("dev"))
+    for i in range(3):
+        pub.publish(f"{base}/m", b"kept %d" % i, qos=1)
+    pub.disconnect()
+    assert api(mqtt_broker, "GET", f"/api/exchanges/%2F/{keeper}")["persist"]["messages"] == 3
+    method, props, body = get(channel, q)
+    assert body == b"kept 0" and props.headers["x-mqtt-publish-qos"] == 1 and "x-offset" in props.headers
