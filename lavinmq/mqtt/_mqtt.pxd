@@ -56,7 +56,6 @@ cdef class MQTTCore:
         public uint32_t max_packet_size
         public bint paused_reading
         bint filled                      # the last read filled the buffer
-        bint flow_limited                # resumed from flow control: read in small bites
         Py_ssize_t offered               # free bytes of the last get_buffer
         public bint may_publish          # permission_check_enabled: write on the exchange
         public Exchange exchange         # amq.topic of the session's vhost

@@ -60,9 +60,6 @@ cdef enum:
     # one delivery pass per turn.
     FLOW_BACKLOG = 4096
     FLOW_RESUME = 1024
-    # what a publisher resumed from flow control is read in one go: a
-    # thousand of them resumed together must not take a loop turn of seconds
-    FLOW_BITE = 16384
 
 cdef double FLOW_CHECK = 0.05   # seconds: paused publishers are also looked at this often
 
@@ -207,14 +204,12 @@ cdef class MQTTCore:
             self.rbuf = nb
             self.rcap = newcap
         self.offered = self.rcap - self.rlen
-        if self.flow_limited and self.offered > FLOW_BITE:
-            self.offered = FLOW_BITE
         return PyMemoryView_FromMemory(self.rbuf + self.rlen, self.offered, PyBUF_WRITE)
 
     def buffer_updated(self, Py_ssize_t nbytes):
         cdef ConnState st = self.state
         cdef uint64_t publishes = self.publish_count
-        self.filled = nbytes == self.offered and not self.flow_limited
+        self.filled = nbytes == self.offered
         self.rlen += nbytes
         st.recv_oct += nbytes
         self.last_recv = monotonic()
@@ -231,8 +226,6 @@ cdef class MQTTCore:
         if st.throttle:
             st.throttle = False
             self.slow_down()
-        else:
-            self.flow_limited = False
 
     cdef int process(self) except -1:
         cdef Py_ssize_t pos = 0, k
@@ -507,7 +500,6 @@ cdef class MQTTCore:
         if self.transport is not None and self.phase == MP_OPEN and not self.paused_reading:
             self.transport.pause_reading()
             self.paused_reading = True
-            self.flow_limited = True
             _flow_paused.append(self)
             if _flow_timer is None:
                 _flow_timer = asyncio.get_running_loop().call_later(FLOW_CHECK, _flow_tick)
