@@ -26,6 +26,13 @@ extensions = [
     Extension(f"lavinmq.spark.{name}", [f"lavinmq/spark/{name}.pyx"],
               extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
     for name in ["_columns", "_publish"] if os.path.exists(f"lavinmq/spark/{name}.pyx")
+] + [
+    # MQTT's per-message path (lavinmq/mqtt), the WebSocket framing (lavinmq/websocket)
+    # and the MQTT load generator's packet scanner
+    Extension(f"lavinmq.{name}", [f"lavinmq/{name.replace('.', '/')}.pyx"],
+              extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"],
+              define_macros=[("LAVINMQ_DEBUG", "1")] if DEBUG else [])
+    for name in ["mqtt._mqtt", "websocket._ws", "perf._mqttscan"] if os.path.exists(f"lavinmq/{name.replace('.', '/')}.pyx")
 ]
 
 # what cythonize is given; tools/arm64.py reads it to cross-compile the same

@@ -100,6 +100,15 @@ class Config:
     clustering_on_leader_elected: str | None = None  # shell command, run in the background
     clustering_on_leader_lost: str | None = None
     clustering_lease_ttl: int = 2
+    # MQTT 3.1.1 (lavinmq/mqtt), LavinMQ's [mqtt] section; a port of 0 or -1 is off
+    mqtt_bind: str = "127.0.0.1"
+    mqtt_port: int = 1883
+    mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
+    mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
+    mqtt_max_packet_size: int = 268435455
+    mqtt_default_vhost: str = "/"       # for user names without "vhost:"
+    mqtt_permission_check_enabled: bool = False
+    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -229,6 +238,15 @@ OPTIONS = {
     "clustering_on_leader_lost": Option("str", (("clustering", "on_leader_lost"),), optional=True),
     "clustering_lease_ttl": Option("int", (("clustering", "lease_ttl"),), ("LAVINMQ_CLUSTERING_LEASE_TTL",),
                                    lo=1, hi=3600),
+    "mqtt_bind": Option("str", (("mqtt", "bind"),)),
+    "mqtt_port": Option("int", (("mqtt", "port"),), lo=-1, hi=65535),
+    "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
+    "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
+    "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
+    "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
+    "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
+                                        choices=("none", "username")),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -240,8 +258,7 @@ HARMLESS_KEYS = {
              "max_deleted_definitions", "default_consistent_hash_algorithm"},
     "amqp": set(),
     "mgmt": set(),
-    # no MQTT listener here: where it would listen is moot
-    "mqtt": {"bind", "default_vhost"},
+    "mqtt": set(),
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
 }
@@ -252,8 +269,9 @@ UNSUPPORTED_KEYS = {
     "main": {"tls_keylog_file", "auth_backends"},
     "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources", "amqp_systemd_socket_name"},
     "mgmt": {"unix_path", "http_systemd_socket_name"},
+    "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"mqtt", "oauth", "experimental"}
+UNSUPPORTED_SECTIONS = {"oauth", "experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
 
 
@@ -392,12 +410,13 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "clustering_etcd_prefix": "--clustering-etcd-prefix",
               "clustering_on_leader_elected": "--clustering-on-leader-elected",
               "clustering_on_leader_lost": "--clustering-on-leader-lost",
-              "clustering_lease_ttl": "--clustering-lease-ttl"}
+              "clustering_lease_ttl": "--clustering-lease-ttl",
+              "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port"}
 
 
 def apply_args(config, args):
     if args.bind is not None:
-        for field in ("amqp_bind", "http_bind"):
+        for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
     for field, flag in CLI_FIELDS.items():
         value = getattr(args, field)
@@ -427,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for both AMQP and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -453,6 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AMQPS port, once --cert is given (default 5671, 0 = off)")
     p.add_argument("--https-port", dest="https_port", metavar="PORT",
                    help="HTTPS management port, once --cert is given (default 15671, 0 = off)")
+    p.add_argument("--mqtt-port", dest="mqtt_port", metavar="PORT", help="MQTT port (default 1883, 0 = off)")
+    p.add_argument("--mqtts-port", dest="mqtts_port", metavar="PORT",
+                   help="MQTT over TLS port, once --cert is given (default 8883, 0 = off)")
+    p.add_argument("--mqtt-bind", dest="mqtt_bind", metavar="ADDR", help="MQTT address (default 127.0.0.1)")
     p.add_argument("--cert", dest="tls_cert", metavar="FILE", help="TLS certificate (with its chain)")
     p.add_argument("--key", dest="tls_key", metavar="FILE",
                    help="private key for the TLS certificate (default: in the --cert file)")

@@ -203,18 +203,18 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
         bind = ::
         """)
     c = Config.load(["-c", path], env)
-    assert (c.amqp_bind, c.http_bind) == ("::", "::")
+    assert (c.amqp_bind, c.http_bind, c.mqtt_bind) == ("::", "::", "::")     # [mqtt] is implemented now
     assert (c.amqps_port, c.https_port) == (5671, 15671)     # read now: TLS is implemented
     assert c.pidfile == "/run/lavinmq.pid"
     text = "\n".join(c.warnings)
-    assert "[main] stats_log_size has no effect here" in text and "[mqtt] bind has no effect here" in text
+    assert "[main] stats_log_size has no effect here" in text and "[mqtt]" not in text
 
 
 @pytest.mark.parametrize("section,key,value", [
     ("amqp", "tcp_proxy_protocol", "true"),
     ("amqp", "unix_path", "/run/lavinmq.sock"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
-    ("mqtt", "port", "1883"),
+    ("mqtt", "unix_path", "/run/lavinmq-mqtt.sock"),
     ("main", "tls_keylog_file", "/tmp/keys"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
@@ -327,3 +327,27 @@ def test_bad_clustering_settings(env, argv, message):
     with pytest.raises(ConfigError) as e:
         Config.load(argv, env)
     assert message in str(e.value)
+
+
+def test_mqtt_section(tmp_path, env):
+    path = ini(tmp_path, """
+        [mqtt]
+        bind = 0.0.0.0
+        port = 1884
+        tls_port = 8884
+        max_inflight_messages = 100
+        max_packet_size = 1048576
+        default_vhost = iot
+        permission_check_enabled = true
+        client_id_validation = username
+        """)
+    c = Config.load(["-c", path, "--mqtt-port", "1999"], env)
+    assert (c.mqtt_bind, c.mqtt_port, c.mqtts_port) == ("0.0.0.0", 1999, 8884)
+    assert (c.mqtt_max_inflight_messages, c.mqtt_max_packet_size, c.mqtt_default_vhost) == (100, 1048576, "iot")
+    assert c.mqtt_permission_check_enabled is True and c.mqtt_client_id_validation == "username"
+    assert Config.load(["-b", "10.0.0.1"], env).mqtt_bind == "10.0.0.1"
+    assert Config.load(["--mqtts-port", "-1"], env).mqtts_port == -1      # LavinMQ's way to turn it off
+    with pytest.raises(ConfigError, match=r"\[mqtt\] client_id_validation"):
+        Config.load(["-c", ini(tmp_path, "[mqtt]\nclient_id_validation = ip\n")], env)
+    with pytest.raises(ConfigError, match=r"\[mqtt\] max_inflight_messages: 70000 is out of range"):
+        Config.load(["-c", ini(tmp_path, "[mqtt]\nmax_inflight_messages = 70000\n")], env)
