@@ -249,7 +249,11 @@ class Node:
             listeners.append((cfg.http_bind, cfg.http_port, "HTTP"))
         if cfg.metrics_http_port:
             listeners.append((cfg.metrics_http_bind, cfg.metrics_http_port, "metrics"))
+        if cfg.mqtt_port > 0:
+            listeners.append((cfg.mqtt_bind, cfg.mqtt_port, "MQTT"))
         if cfg.tls_cert:
+            if cfg.mqtts_port > 0:
+                listeners.append((cfg.mqtt_bind, cfg.mqtts_port, "MQTTS"))
             if cfg.amqps_port:
                 listeners.append((cfg.amqp_bind, cfg.amqps_port, "AMQPS"))
             if cfg.https_port:

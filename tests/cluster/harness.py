@@ -67,7 +67,8 @@ class ClusterNode:
         return [sys.executable, "-m", "lavinmq", "-D", self.data_dir, "-b", self.host,
                 "-p", str(c.amqp_port), "--http-port", str(c.http_port),
                 "--metrics-http-bind", self.host, "--metrics-http-port", str(c.metrics_port),
-                "--amqps-port", "0", "--https-port", "0", "-l", c.log_level,
+                "--amqps-port", "0", "--https-port", "0", "--mqtt-port", str(c.mqtt_port), "--mqtts-port", "0",
+                "-l", c.log_level,
                 "--clustering", "--clustering-bind", self.host, "--clustering-port", str(c.repl_port),
                 "--clustering-advertised-uri", self.uri,
                 "--clustering-etcd-endpoints", c.etcd.endpoint, "--clustering-etcd-prefix", c.prefix,
@@ -141,6 +142,7 @@ class Cluster:
         self.amqp_port = shared_port(hosts)
         self.http_port = shared_port(hosts)
         self.metrics_port = shared_port(hosts)
+        self.mqtt_port = shared_port(hosts)
         self.repl_port = shared_port(hosts)
         self.nodes = [ClusterNode(self, i, os.path.join(str(base_dir), f"n{i}")) for i in range(size)]
 

@@ -79,6 +79,14 @@ def test_followers_proxy_clients_to_the_leader(cluster):
         text = r.read().decode()
     assert "lavinmq_total_connected_followers 2" in text
     assert len(re.findall(r'lavinmq_follower_lag_in_bytes\{id="[0-9a-z]+"\} \d+', text)) == 2
+    # and MQTT: a message published to a follower's MQTT port reaches an AMQP queue on the leader
+    import paho.mqtt.publish
+    publish(follower.url, "via-follower-mqtt", [])
+    with pika.BlockingConnection(pika.URLParameters(leader.url)) as conn:
+        conn.channel().queue_bind("via-follower-mqtt", "amq.topic", "sensors.t1")
+    paho.mqtt.publish.single("sensors/t1", b"m", qos=1, hostname=follower.host, port=cluster.mqtt_port,
+                             auth={"username": "guest", "password": "guest"})
+    assert consume(leader.url, "via-follower-mqtt", 5) == [b"m"]
 
 
 def test_nodes_api_and_cluster_status(cluster):
