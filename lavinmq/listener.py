@@ -133,10 +133,20 @@ class ConnectionGuard:
             self.by_address.pop(address, None)
 
 
-def bind_sockets(host, port, what, setting):
-    """Listening sockets for host:port (every address host resolves to).
-    `what` ("AMQP port") and `setting` ("--amqp-port / [amqp] port") name it
-    in the error."""
+# sockets bound when the process started (lavinmq.ports), not listening
+# yet: (host, port) as configured -> [socket]. A listener opening on one of
+# them takes it, as with systemd's socket activation.
+HELD = {}
+
+
+def bind_sockets(host, port, what, setting, listen=True):
+    """Listening sockets for host:port (every address host resolves to):
+    those held for it since start, or new ones. `what` ("AMQP port") and
+    `setting` ("--amqp-port / [amqp] port") name it in the error.
+    listen=False: bound only (lavinmq.ports holds them)."""
+    held = HELD.pop((host, port), None)
+    if held is not None:
+        return listen_on(held, port, what, setting) if listen else held
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -163,12 +173,26 @@ def bind_sockets(host, port, what, setting):
                                       f"machine") from None
                 raise ListenError(f"{what} {port} ({setting}) cannot be opened on {addr[0]}: "
                                   f"{exc.strerror}") from None
-            sock.listen(1024)
-            sock.setblocking(False)
     except BaseException:
         for s in socks:
             s.close()
         raise
+    return listen_on(socks, port, what, setting) if listen else socks
+
+
+def listen_on(socks, port, what, setting):
+    """Bound sockets start listening. Two sockets with SO_REUSEADDR may bind
+    one port; the second to listen fails, named as a bind would be."""
+    try:
+        for sock in socks:
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError as exc:
+        for s in socks:
+            s.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"{what} {port} ({setting}) is in use") from None
+        raise ListenError(f"{what} {port} ({setting}) cannot be opened: {exc.strerror}") from None
     return socks
 
 

@@ -18,6 +18,7 @@ import orjson
 
 from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
+from lavinmq.clustering import changes
 
 try:        # linear-time matching: a pattern from a policymaker must not stall the loop
     import re2 as _regex
@@ -146,6 +147,7 @@ class PolicyStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(filename))
+        changes.changed(self._path(filename))
 
     # -- changes ----------------------------------------------------------------
 

@@ -36,6 +36,8 @@ class Server:
         self.protocols = ProtocolListeners(self)
         self.started = time.monotonic()
         self.http = None
+        from lavinmq.mqtt.broker import Brokers
+        self.mqtt = Brokers(self)       # MQTT sessions' state and retained messages, per vhost
         self.guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
         # built before anything opens: a bad certificate stops the start naming the setting
         self.tls_context = tls.new_context(config) if tls.enabled(config) else None
@@ -68,6 +70,7 @@ class Server:
             if conn.vhost is vhost:
                 conn.close(320, "CONNECTION_FORCED - vhost deleted")
         self.parameters.vhost_deleted(name)
+        self.mqtt.vhost_deleted(name)
         self.vhosts.remove(name)
         self.users.remove_vhost(name)
         return True
@@ -138,6 +141,7 @@ class Server:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn._close_transport()
+        self.mqtt.close()
         if self.syncer is not None:
             await self.syncer.close()
         for vhost in self.vhosts.values():

@@ -16,7 +16,7 @@ from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
-from lavinmq.queue import Queue
+from lavinmq.queue import Queue, queue_class
 from lavinmq.queue.classic import log_name
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import stream
@@ -248,7 +248,7 @@ class VHost:
                 store = MessageStore(store_dir, self.segment_size, log_name(name, self.name), syncer)
                 # 100,000 idle queues: no path or log-name string of their own
                 store.forget_path(parent, name)
-            q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+            q = queue_class(arguments)(self, name, store, durable, exclusive_owner, auto_delete, arguments)
             store.log_name = q
         self.queues[name] = q
         self.exchanges[""].queue_added(q)

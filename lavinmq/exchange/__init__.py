@@ -19,7 +19,20 @@ EXCHANGE_TYPES = {
     "x-federation-upstream": FederationUpstreamExchange,
 }
 
-__all__ = ["Binding", "ConsistentHashExchange", "DefaultExchange", "DirectExchange", "EXCHANGE_TYPES",
+# every type a declare accepts, as /api/overview lists them (exchange_types)
+# and the UI offers them: the routing types above, and x-delayed-message,
+# which declares a delaying exchange of its x-delayed-type (lavinmq.vhost)
+DECLARABLE_TYPES = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-consistent-hash": "Consistent hashing exchange: one destination per message, by weight",
+    "x-delayed-message": "Delays each message by its x-delay header (ms), then routes it as its x-delayed-type",
+    "x-federation-upstream": "Federation upstream helper exchange: a downstream's exchange link declares it here",
+}
+
+__all__ = ["Binding", "DECLARABLE_TYPES", "ConsistentHashExchange", "DefaultExchange", "DirectExchange", "EXCHANGE_TYPES",
            "Exchange", "FanoutExchange", "HeadersExchange", "TopicExchange", "exchange_class", "freeze"]
 
 

@@ -20,6 +20,8 @@ def build_app(server, open_access=False):
     app["server"] = server
     app["open"] = open_access
     if not open_access:
+        from lavinmq.websocket.upgrade import install
+        install(app)        # AMQP and MQTT over WebSocket (not on the open metrics listener)
         for controller in CONTROLLERS:
             controller.add_routes(app)
     prometheus.add_routes(app)

@@ -67,7 +67,8 @@ def exchange(ex):
 def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
-           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE, "type": "classic",
+           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE,
+           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else "classic",
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
@@ -156,7 +157,8 @@ def connection(conn, now=None):
             "send_oct": st.send_oct, "recv_oct": st.recv_oct,
             "send_oct_details": rate((rates_for(id(conn)) or {}).get("send_oct")),
             "recv_oct_details": rate((rates_for(id(conn)) or {}).get("recv_oct")),
-            **compat.connection_extra(conn)}
+            **compat.connection_extra(conn),
+            **(conn.api_details() if hasattr(conn, "api_details") else {})}
 
 
 def channel(ch):

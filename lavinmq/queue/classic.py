@@ -9,6 +9,7 @@ import time
 
 from lavinmq._core.queue import Queue as CoreQueue
 from lavinmq.arguments import EMPTY, check_equivalent
+from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -109,6 +110,7 @@ class Queue(CoreQueue):
         """Kept across restarts by a `paused` file in the queue's directory."""
         if not self.paused:
             open(self._paused_path, "w").close()
+            changes.changed(self._paused_path)
             self.set_paused(True)
 
     def resume(self):
@@ -117,6 +119,7 @@ class Queue(CoreQueue):
                 os.unlink(self._paused_path)
             except FileNotFoundError:
                 pass
+            changes.removed(self._paused_path)
             self.set_paused(False)
 
     # -- x-expires: deleted after being unused for that long --------------------------

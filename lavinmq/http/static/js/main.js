@@ -24,13 +24,15 @@ const PAGES = {
   definitions: () => import('./pages/definitions.js'),
   shovels: () => import('./pages/shovels.js'),
   federation: () => import('./pages/federation.js'),
-  logs: () => import('./pages/logs.js')
+  logs: () => import('./pages/logs.js'),
+  nodes: () => import('./pages/nodes.js')
 }
 
 // [route, label, tags that see it (none: every management user)]
 const NAV = [
   ['overview', 'Overview'], ['connections', 'Connections'], ['channels', 'Channels'],
   ['exchanges', 'Exchanges'], ['queues', 'Queues'], ['consumers', 'Consumers'],
+  ['nodes', 'Nodes', ['administrator', 'monitoring']],
   ['-', 'Admin', ['administrator', 'policymaker']],
   ['users', 'Users', ['administrator']], ['vhosts', 'Virtual hosts', ['administrator']],
   ['policies', 'Policies', ['policymaker']], ['operator-policies', 'Operator policies', ['administrator']],
