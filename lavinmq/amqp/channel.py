@@ -188,7 +188,6 @@ class AMQPChannel(CoreChannel):
         prefetch_size, prefetch_count, global_ = args
         if prefetch_size:
             raise NotImplemented_("prefetch_size is not supported", 60, 10)
-        self.qos_set = True
         if global_:
             self.prefetch_global = prefetch_count
             for c in self.consumers.values():

@@ -167,10 +167,10 @@ class StreamQueue(CoreStreamQueue):
             raise PreconditionFailed("stream consumers must acknowledge messages (no_ack=false)", 60, 20)
         if exclusive:
             raise PreconditionFailed("stream consumers cannot be exclusive", 60, 20)
-        # basic.qos must have been sent: the broker's default prefetch for
-        # channels without one does not count (RabbitMQ's rule)
-        if not channel.prefetch_consumer or not getattr(channel, "qos_set", False):
-            raise PreconditionFailed("stream consumers must set a prefetch count with basic.qos", 60, 20)
+        # a channel without basic.qos has the broker's default prefetch, which
+        # counts (LavinMQ); only an explicit basic.qos(0) leaves no limit
+        if not channel.prefetch_consumer:
+            raise PreconditionFailed("stream consumers must have a prefetch limit", 60, 20)
         if channel.prefetch_global:
             raise PreconditionFailed("stream consumers do not support a global prefetch limit", 60, 20)
         if "x-priority" in arguments:
@@ -212,8 +212,8 @@ class StreamQueue(CoreStreamQueue):
     def resolve_offset(self, spec):
         """x-stream-offset -> (segment, position, offset)."""
         st = self.store
-        if spec is None:
-            return st.end_position()
+        if spec is None:        # LavinMQ: a consumer without x-stream-offset reads from the start
+            return st.first_position()
         if isinstance(spec, bytes):
             spec = spec.decode("utf-8", "replace")
         if isinstance(spec, Timestamp):

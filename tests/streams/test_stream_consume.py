@@ -51,17 +51,24 @@ def test_consumer_rules_and_basic_get(conn):
     ch = conn.channel()
     name = declare(ch, unique("s"))
     publish(ch, name, ["a"])
-    for kwargs, qos in (({}, 0), ({"auto_ack": True}, 10), ({"exclusive": True}, 10),
+    for kwargs, qos in (({}, None), ({"auto_ack": True}, 10), ({"exclusive": True}, 10),
                         ({"arguments": {"x-priority": 1}}, 10), ({"arguments": {"x-stream-offset": "now"}}, 10),
                         ({"arguments": {"x-stream-offset": {"a": 1}}}, 10),
                         ({"arguments": {"x-stream-filter": "a", "x-filter-match-type": "some"}}, 10)):
         ch = conn.channel()
-        if qos:
-            ch.basic_qos(prefetch_count=qos)
+        ch.basic_qos(prefetch_count=qos or 0)       # qos 0: no limit, refused on a stream
         with pytest.raises(ChannelClosedByBroker) as e:
             ch.basic_consume(name, lambda *a: None, **kwargs)
             conn.process_data_events(0.1)
         assert code(e) == 406, kwargs
+    # a channel that never sent basic.qos has the default prefetch (LavinMQ accepts it)
+    ch = conn.channel()
+    got = []
+    ch.basic_consume(name, lambda c, m, p, b: got.append(b))
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    assert got == [b"a"]
     ch = conn.channel()
     with pytest.raises(ChannelClosedByBroker) as e:
         ch.basic_get(name)
@@ -90,15 +97,17 @@ def test_every_consumer_reads_every_message(conn, ch):
     assert ch.queue_declare(name, passive=True).method.message_count == 50
 
 
-def test_next_is_the_default_and_new_messages_arrive_live(conn, ch):
+def test_first_is_the_default_and_new_messages_arrive_live(conn, ch):
+    # LavinMQ: a consumer without x-stream-offset starts at the first message
     name = declare(ch, unique("s"))
     publish(ch, name, ["old"])
     a = Collector(conn, name)
     b = Collector(conn, name, **{"x-stream-offset": "next"})
-    a.settle(0.2)
-    assert a.got == [] and b.got == []
+    assert [g[:2] for g in a.wait(1)] == [(1, b"old")]
+    b.settle(0.2)
+    assert b.got == []
     publish(ch, name, ["new1", "new2"])
-    assert [g[:2] for g in a.wait(2)] == [(2, b"new1"), (3, b"new2")]
+    assert [g[:2] for g in a.wait(3)] == [(1, b"old"), (2, b"new1"), (3, b"new2")]
     assert [g[:2] for g in b.wait(2)] == [(2, b"new1"), (3, b"new2")]
 
 

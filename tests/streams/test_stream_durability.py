@@ -29,7 +29,8 @@ def test_clean_restart_keeps_offsets_retention_and_tracking(tmp_path):
         ch = conn.channel()
         name = declare(ch, "durable-stream", **SMALL, **{"x-max-length": 200})
         publish(ch, name, [b"m%05d" % i for i in range(1000)])
-        c = Collector(conn, name, prefetch=1, tag="tracked", ack=False)      # tracked, from next
+        c = Collector(conn, name, prefetch=1, tag="tracked", ack=False,      # tracked, from next
+                      **{"x-stream-offset": "next", "x-stream-automatic-offset-tracking": True})
         publish(ch, name, [b"m%05d" % i for i in range(1000, 1010)])
         first = c.wait(1)[0]
         c.ch.basic_ack(first[3].delivery_tag)
