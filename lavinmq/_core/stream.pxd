@@ -17,12 +17,24 @@ cdef struct InFlight:
     uint8_t done
 
 
-# A consumer filter: a value of x-stream-filter-value, or a header = value pair.
+# What a consumer filter compares (LavinMQ's StreamFilter kinds).
+cdef enum FilterKind:
+    F_VALUE = 0     # a value of x-stream-filter-value
+    F_PAIR          # a header = value pair
+    F_RADIUS        # x-geo-lat/x-geo-lon within radius km of a point
+    F_BBOX          # ... within a latitude/longitude box
+    F_POLYGON       # ... inside a polygon (its box first)
+
+
 cdef struct Filter:
-    const char *key         # NULL: an x-stream-filter value
+    FilterKind kind
+    const char *key         # F_PAIR: the header's name
     Py_ssize_t klen
-    const char *value
+    const char *value       # F_VALUE, F_PAIR: what it must equal
     Py_ssize_t vlen
+    double g[4]             # F_RADIUS: lat, lon, km; F_BBOX/F_POLYGON: min_lat, max_lat, min_lon, max_lon
+    const double *points    # F_POLYGON: lat, lon pairs
+    Py_ssize_t n_points
 
 
 cdef class StreamConsumer(Consumer):
@@ -43,6 +55,7 @@ cdef class StreamConsumer(Consumer):
         public bint match_unfiltered
         Filter *filters
         Py_ssize_t n_filters
+        bint geo                    # a filter reads x-geo-lat/x-geo-lon
         list filter_refs            # the bytes objects the Filter pointers point into
         # automatic offset tracking
         public bint track_offset

@@ -4,7 +4,8 @@ import logging
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.stdio cimport snprintf
-from libc.string cimport memcmp, memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove, memset
+from libc.math cimport sin, cos, atan2, sqrt, pow, M_PI
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from lavinmq._core.buffer cimport WriteBuffer, be32, le16, le32, le64, put_be16, put_be32, put_be64
@@ -230,6 +231,97 @@ cdef bint value_equals(char t, const char *v, Py_ssize_t vsize, const char *want
     return k == wn and memcmp(buf, want, wn) == 0
 
 
+# -- GIS filters (LavinMQ's geo-within-radius, geo-bbox, geo-polygon) --------------
+# A message's point is its x-geo-lat and x-geo-lon headers, each a signed
+# 32/64-bit integer, a float or a decimal ('I', 'l', 'f', 'd', 'D': what
+# LavinMQ reads as a number; pika sends Python floats only as decimals); a
+# point outside -90..90 / -180..180, or a missing or other-typed value,
+# matches no geo filter.
+
+GEO_RADIUS = F_RADIUS
+GEO_BBOX = F_BBOX
+GEO_POLYGON = F_POLYGON
+
+cdef double EARTH_RADIUS_KM = 6371.0
+
+
+cdef bint header_number(const char *t, Py_ssize_t tlen, const char *key, Py_ssize_t klen,
+                        double *out) noexcept nogil:
+    cdef char ty
+    cdef Py_ssize_t n
+    cdef const char *v = find_header(t, tlen, key, klen, &ty, &n)
+    cdef uint64_t bits
+    cdef uint32_t b32
+    cdef double d
+    cdef float f
+    if v is NULL:
+        return False
+    if ty == b"I":
+        out[0] = <int>be32(v)
+    elif ty == b"l":
+        out[0] = <double><int64_t>((<uint64_t>be32(v) << 32) | be32(v + 4))
+    elif ty == b"f":
+        b32 = be32(v)
+        memcpy(&f, &b32, 4)
+        out[0] = f
+    elif ty == b"d":
+        bits = (<uint64_t>be32(v) << 32) | be32(v + 4)
+        memcpy(&d, &bits, 8)
+        out[0] = d
+    elif ty == b"D":
+        out[0] = (<int>be32(v + 1)) / pow(10.0, <uint8_t>v[0])
+    else:
+        return False
+    return True
+
+
+cdef bint message_point(const char *t, Py_ssize_t tlen, double *lat, double *lon) noexcept nogil:
+    if not header_number(t, tlen, b"x-geo-lat", 9, lat) or not header_number(t, tlen, b"x-geo-lon", 9, lon):
+        return False
+    # written so that NaN fails too
+    return lat[0] >= -90.0 and lat[0] <= 90.0 and lon[0] >= -180.0 and lon[0] <= 180.0
+
+
+cdef double haversine_km(double lat1, double lon1, double lat2, double lon2) noexcept nogil:
+    cdef double r = M_PI / 180.0
+    cdef double dlat = (lat2 - lat1) * r, dlon = (lon2 - lon1) * r
+    cdef double sa = sin(dlat / 2), so = sin(dlon / 2)
+    cdef double a = sa * sa + cos(lat1 * r) * cos(lat2 * r) * so * so
+    return EARTH_RADIUS_KM * 2 * atan2(sqrt(a), sqrt(1 - a))
+
+
+cdef inline bint in_box(const double *g, double lat, double lon) noexcept nogil:
+    return g[0] <= lat <= g[1] and g[2] <= lon <= g[3]
+
+
+cdef bint in_polygon(const Filter *f, double lat, double lon) noexcept nogil:
+    """Even-odd rule: count the polygon's edges that a ray from the point
+    crosses, the ray running along the latitude axis as LavinMQ's does."""
+    cdef Py_ssize_t i, j = f.n_points - 1
+    cdef double ilat, ilon, jlat, jlon
+    cdef bint inside = False
+    if not in_box(f.g, lat, lon):
+        return False
+    for i in range(f.n_points):
+        ilat = f.points[2 * i]
+        ilon = f.points[2 * i + 1]
+        jlat = f.points[2 * j]
+        jlon = f.points[2 * j + 1]
+        # the first test also rules out edges of constant longitude
+        if (ilon > lon) != (jlon > lon) and lat < (jlat - ilat) * (lon - ilon) / (jlon - ilon) + ilat:
+            inside = not inside
+        j = i
+    return inside
+
+
+cdef bint geo_match(const Filter *f, double lat, double lon) noexcept nogil:
+    if f.kind == F_RADIUS:
+        return haversine_km(f.g[0], f.g[1], lat, lon) <= f.g[2]
+    if f.kind == F_BBOX:
+        return in_box(f.g, lat, lon)
+    return in_polygon(f, lat, lon)
+
+
 cdef class StreamConsumer(Consumer):
     """A consumer of a stream: its own cursor, its in-flight deliveries (for
     their offsets), requeued messages and filters."""
@@ -244,28 +336,48 @@ cdef class StreamConsumer(Consumer):
         self.pos = pos
         self.offset = offset
 
-    def set_filters(self, list values, list pairs, bint match_all, bint match_unfiltered):
-        """values: [bytes] of x-stream-filter; pairs: [(key bytes, value bytes)]."""
-        cdef Py_ssize_t n = len(values) + len(pairs), i = 0
+    def set_filters(self, list values, list pairs, bint match_all, bint match_unfiltered, list geo=None):
+        """values: [bytes] of x-stream-filter; pairs: [(key bytes, value
+        bytes)]; geo: [(GEO_RADIUS, (lat, lon, km)) | (GEO_BBOX, (min_lat,
+        max_lat, min_lon, max_lon)) | (GEO_POLYGON, (its box), points)],
+        points as packed doubles lat, lon, lat, lon..."""
+        cdef Py_ssize_t n = len(values) + len(pairs) + len(geo or ()), i = 0, k
+        cdef Filter *f
         self.filter_refs = []
         free(self.filters)
         self.filters = <Filter *>malloc(max(n, 1) * sizeof(Filter))
         if self.filters is NULL:
             raise MemoryError()
+        memset(self.filters, 0, max(n, 1) * sizeof(Filter))
         for v in values:
             self.filter_refs.append(v)
-            self.filters[i].key = NULL
-            self.filters[i].klen = 0
-            self.filters[i].value = PyBytes_AS_STRING(v)
-            self.filters[i].vlen = PyBytes_GET_SIZE(v)
+            f = &self.filters[i]
+            f.kind = F_VALUE
+            f.value = PyBytes_AS_STRING(v)
+            f.vlen = PyBytes_GET_SIZE(v)
             i += 1
-        for k, v in pairs:
-            self.filter_refs.append(k)
+        for k_, v in pairs:
+            self.filter_refs.append(k_)
             self.filter_refs.append(v)
-            self.filters[i].key = PyBytes_AS_STRING(k)
-            self.filters[i].klen = PyBytes_GET_SIZE(k)
-            self.filters[i].value = PyBytes_AS_STRING(v)
-            self.filters[i].vlen = PyBytes_GET_SIZE(v)
+            f = &self.filters[i]
+            f.kind = F_PAIR
+            f.key = PyBytes_AS_STRING(k_)
+            f.klen = PyBytes_GET_SIZE(k_)
+            f.value = PyBytes_AS_STRING(v)
+            f.vlen = PyBytes_GET_SIZE(v)
+            i += 1
+        self.geo = False
+        for entry in geo or ():
+            f = &self.filters[i]
+            f.kind = <FilterKind><int>entry[0]
+            for k in range(4):
+                f.g[k] = entry[1][k] if k < len(entry[1]) else 0.0
+            if f.kind == F_POLYGON:
+                pts = entry[2]
+                self.filter_refs.append(pts)
+                f.points = <const double *>PyBytes_AS_STRING(pts)
+                f.n_points = PyBytes_GET_SIZE(pts) // (2 * sizeof(double))
+            self.geo = True
             i += 1
         self.n_filters = n
         self.filtered = n > 0
@@ -279,7 +391,9 @@ cdef class StreamConsumer(Consumer):
         cdef const char *v
         cdef Py_ssize_t fvsize = 0
         cdef char ftype = 0, vt
-        cdef bint hit
+        cdef bint hit, has_point = False
+        cdef double lat = 0, lon = 0
+        cdef Filter *f
         if t is not NULL:
             fv = find_header(t, tlen, b"x-stream-filter-value", 21, &ftype, &fvsize)
             if fv is not NULL and ftype != b"S" and ftype != b"x":
@@ -288,12 +402,17 @@ cdef class StreamConsumer(Consumer):
             return True
         if t is NULL:
             return False
+        if self.geo:
+            has_point = message_point(t, tlen, &lat, &lon)
         for i in range(self.n_filters):
-            if self.filters[i].key is NULL:
-                hit = fv is not NULL and has_token(fv + 4, fvsize - 4, self.filters[i].value, self.filters[i].vlen)
+            f = &self.filters[i]
+            if f.kind == F_VALUE:
+                hit = fv is not NULL and has_token(fv + 4, fvsize - 4, f.value, f.vlen)
+            elif f.kind == F_PAIR:
+                v = find_header(t, tlen, f.key, f.klen, &vt, &vsize)
+                hit = v is not NULL and value_equals(vt, v, vsize, f.value, f.vlen)
             else:
-                v = find_header(t, tlen, self.filters[i].key, self.filters[i].klen, &vt, &vsize)
-                hit = v is not NULL and value_equals(vt, v, vsize, self.filters[i].value, self.filters[i].vlen)
+                hit = has_point and geo_match(f, lat, lon)
             if hit and not self.match_all:
                 return True
             if not hit and self.match_all:

@@ -11,6 +11,7 @@ import orjson
 
 from lavinmq._core.codec import Timestamp
 from lavinmq._core.stream import StreamConsumer, StreamQueue as CoreStreamQueue
+from lavinmq.queue.stream_geo import GEO_KEYS, parse_geo
 from lavinmq._core.stream_store import StreamStore
 from lavinmq.arguments import check_equivalent
 from lavinmq.errors import PreconditionFailed
@@ -175,7 +176,7 @@ class StreamQueue(CoreStreamQueue):
             raise PreconditionFailed("stream consumers do not support a global prefetch limit", 60, 20)
         if "x-priority" in arguments:
             raise PreconditionFailed("x-priority is not supported by stream consumers", 60, 20)
-        values, pairs, match_all, match_unfiltered = parse_filters(arguments)
+        values, pairs, geo, match_all, match_unfiltered = parse_filters(arguments)
         spec = arguments.get("x-stream-offset")
         track = spec is None and not tag.startswith("amq.ctag-")
         auto = arguments.get("x-stream-automatic-offset-tracking")
@@ -205,8 +206,8 @@ class StreamQueue(CoreStreamQueue):
             # even if it never acked anything
             c.committed = position[2]
             self.store.save_offsets([(tag, position[2])])
-        if values or pairs:
-            c.set_filters(values, pairs, match_all, match_unfiltered)
+        if values or pairs or geo:
+            c.set_filters(values, pairs, match_all, match_unfiltered, geo)
         return c
 
     def resolve_offset(self, spec):
@@ -297,9 +298,10 @@ def _text(v):
 
 def parse_filters(arguments):
     """x-stream-filter (a string of comma-separated values, a list, or a
-    table of header = value pairs, as LavinMQ), x-filter-match-type and
-    x-stream-match-unfiltered -> (values, pairs, match_all, match_unfiltered)."""
-    values, pairs = [], []
+    table of header = value pairs and geo filters, as LavinMQ),
+    x-filter-match-type and x-stream-match-unfiltered -> (values, pairs, geo,
+    match_all, match_unfiltered)."""
+    values, pairs, geo = [], [], []
 
     def add(f, depth=0):
         if depth > 4:
@@ -313,6 +315,8 @@ def parse_filters(arguments):
             for k, v in f.items():
                 if k == "x-stream-filter":
                     add(v, depth + 1)
+                elif k in GEO_KEYS:
+                    geo.append(parse_geo(k, v))
                 else:
                     pairs.append((_text(k), _text(v)))
         elif isinstance(f, (list, tuple)):
@@ -330,4 +334,4 @@ def parse_filters(arguments):
     unfiltered = arguments.get("x-stream-match-unfiltered", False)
     if not isinstance(unfiltered, bool):
         raise PreconditionFailed("x-stream-match-unfiltered must be a boolean", 60, 20)
-    return values, pairs, match.lower() == "all", unfiltered
+    return values, pairs, geo, match.lower() == "all", unfiltered
