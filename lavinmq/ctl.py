@@ -208,6 +208,18 @@ def purge_queue(c, a):
     return Info(f"Purging queue {a.name} in vhost {a.vhost}")
 
 
+def _queue_action(action, done):
+    def run(c, a):
+        c.put(f"/queues/{q(a.vhost)}/{q(a.name)}/{action}", None)
+        return Info(f"{done} queue {a.name} in vhost {a.vhost}")
+    return run
+
+
+pause_queue = _queue_action("pause", "Paused")
+resume_queue = _queue_action("resume", "Resumed")
+restart_queue = _queue_action("restart", "Restarted")
+
+
 def delete_queue(c, a):
     c.delete(f"/queues/{q(a.vhost)}/{q(a.name)}")
     return Info(f"Deleting queue {a.name} in vhost {a.vhost}")
@@ -389,6 +401,9 @@ def build_parser():
     cmd("list_stream_consumers", list_stream_consumers, "stream consumers' offsets (connected and stored)",
         vhost=True)
     cmd("purge_queue", purge_queue, "remove every ready message of a queue", A("name"), vhost=True)
+    cmd("pause_queue", pause_queue, "pause a queue: it delivers nothing until resumed", A("name"), vhost=True)
+    cmd("resume_queue", resume_queue, "resume a paused queue", A("name"), vhost=True)
+    cmd("restart_queue", restart_queue, "open a closed queue again from its files", A("name"), vhost=True)
     cmd("delete_queue", delete_queue, "delete a queue", A("name"), vhost=True)
     cmd("list_exchanges", list_exchanges, "list exchanges", vhost=True)
     cmd("create_exchange", create_exchange, "declare an exchange", A("type"), A("name"),

@@ -234,22 +234,7 @@ class VHost:
             # on disk before it is live: a declare-ok never outruns its definition
             self.definitions.append(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
                                                arguments or {}))
-        parent = self.transient_dir if transient else self.dir
-        store_dir = entity_dir(parent, name)
-        max_priority = (arguments or {}).get("x-max-priority")
-        syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
-        if is_stream:
-            q = stream.open_stream(self, name, store_dir, arguments, syncer)
-        else:
-            if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
-                store = PriorityMessageStore(store_dir, self.segment_size, log_name(name, self.name),
-                                             max_priority, syncer)
-            else:
-                store = MessageStore(store_dir, self.segment_size, log_name(name, self.name), syncer)
-                # 100,000 idle queues: no path or log-name string of their own
-                store.forget_path(parent, name)
-            q = queue_class(arguments)(self, name, store, durable, exclusive_owner, auto_delete, arguments)
-            store.log_name = q
+        q = self._open_queue(name, durable, exclusive_owner, auto_delete, arguments)
         self.queues[name] = q
         self.exchanges[""].queue_added(q)
         if persist:
@@ -257,6 +242,56 @@ class VHost:
         self.routing_version.bump()
         self.policies.apply_to_queue(q)
         return q
+
+    def _open_queue(self, name, durable, exclusive_owner, auto_delete, arguments):
+        """The queue object over its store (loaded from disk if it has one)."""
+        transient = not durable or exclusive_owner is not None
+        parent = self.transient_dir if transient else self.dir
+        store_dir = entity_dir(parent, name)
+        max_priority = (arguments or {}).get("x-max-priority")
+        syncer = None if transient else self.syncer     # at construction: see MessageStore.set_syncer
+        if stream.is_stream(arguments):
+            return stream.open_stream(self, name, store_dir, arguments, syncer)
+        if isinstance(max_priority, int) and not isinstance(max_priority, bool) and 0 < max_priority <= 255:
+            store = PriorityMessageStore(store_dir, self.segment_size, log_name(name, self.name),
+                                         max_priority, syncer)
+        else:
+            store = MessageStore(store_dir, self.segment_size, log_name(name, self.name), syncer)
+            # 100,000 idle queues: no path or log-name string of their own
+            store.forget_path(parent, name)
+        q = queue_class(arguments)(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+        store.log_name = q
+        return q
+
+    def restart_queue(self, name):
+        """LavinMQ's queue restart: a closed queue (its data could not be
+        read, or it failed) is opened again from its files, with its
+        bindings and policy; its consumers were cancelled. -> False when the
+        queue was not closed or is still unreadable."""
+        old = self.queues.get(name)
+        if old is None or not old.closed or getattr(old, "internal", False):
+            return False
+        old.store.close()       # a queue closed at runtime: its acks so far reach the disk
+        q = self._open_queue(name, old.durable, old.exclusive_owner, old.auto_delete, old.arguments)
+        if q.closed:
+            return False
+        old.stop()
+        for c in list(old.consumers):
+            c.channel.server_cancel(c)
+        self.queues[name] = q
+        self.exchanges[""].queue_removed(old)
+        self.exchanges[""].queue_added(q)
+        for ex in self.exchanges.values():
+            moved = [b for b in ex.bindings.values() if b.destination is old]
+            if moved:
+                ex.remove_destination(old)
+                for b in moved:
+                    ex.bind(q, b.routing_key, b.arguments)
+        q.note_message_ttls()
+        self.routing_version.bump()
+        self.policies.apply_to_queue(q)
+        log.info("queue %s restarted", log_name(name, self.name))
+        return True
 
     def set_limits(self, limits):
         clean = {}

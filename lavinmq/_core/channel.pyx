@@ -667,11 +667,12 @@ cdef class Channel:
             self.consumer_slots[c.slot] = None
 
     def basic_get(self, Queue q, bint no_ack):
-        """basic.get: get-ok with the next message, or get-empty."""
+        """basic.get: get-ok with the next message, or get-empty (always,
+        from a paused queue: LavinMQ)."""
         cdef SP sp
         cdef bint redelivered
         cdef WriteBuffer wb = self.state.wbuf
-        cdef const char *rec = q.get(&sp, &redelivered, no_ack)
+        cdef const char *rec = NULL if q.paused else q.get(&sp, &redelivered, no_ack)
         if rec is NULL:
             q.get_empty_count += 1
             wb.start_method(self.id, spec.CLASS_BASIC, spec.BASIC_GET_EMPTY)

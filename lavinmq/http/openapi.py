@@ -54,7 +54,7 @@ SCHEMAS = {
     "Queue": obj(["name", "vhost", "durable", "exclusive", "auto_delete", "arguments", "state", "consumers",
                   "messages", "messages_ready", "messages_unacknowledged", "message_stats"],
                  name=STR, vhost=STR, durable=BOOL, exclusive=BOOL, auto_delete=BOOL, arguments=OBJ,
-                 state={"enum": ["running", "closed"]}, consumers=INT, messages=INT, messages_ready=INT,
+                 state={"enum": ["running", "paused", "closed"]}, consumers=INT, messages=INT, messages_ready=INT,
                  messages_unacknowledged=INT, message_stats=ref("MessageStats"),
                  messages_details=RATE, consumer_details=array(ref("Consumer")), stream=ref("Stream")),
     "Stream": obj(["first_offset", "last_offset", "segments", "message_bytes", "consumer_offsets"],
@@ -166,6 +166,8 @@ PATHS = {
     "/api/queues/{vhost}/{queue}/contents": {"delete": _op("purge a queue")},
     "/api/queues/{vhost}/{queue}/pause": {"put": _op("pause a queue: it delivers nothing until resumed (LavinMQ)")},
     "/api/queues/{vhost}/{queue}/resume": {"put": _op("resume a paused queue (LavinMQ)")},
+    "/api/queues/{vhost}/{queue}/restart": {"put": _op("open a closed queue again from its files (LavinMQ); "
+                                                       "400 if it is not closed or still unreadable")},
     "/api/queues/{vhost}/{queue}/stream": {"post": _op("read a stream from an offset (LavinMQ)", body=OBJ)},
     "/api/queues/{vhost}/{queue}/bindings": {"get": _op("a queue's bindings", ref("Binding"), listing=True)},
     "/api/bindings": {"get": _op("bindings", ref("Binding"), listing=True)},

@@ -1,9 +1,9 @@
 """/api/queues: declared through the vhost's own methods, so the API shares
-AMQP's checks and durability; purge, pause and resume."""
+AMQP's checks and durability; purge, pause, resume and restart."""
 from aiohttp import web
 
 from lavinmq.http import history, paging, shapes
-from lavinmq.http.helpers import (MANAGEMENT, NO_CONTENT, body_json, check_user, created, listing, methods,
+from lavinmq.http.helpers import (MANAGEMENT, HTTPError, NO_CONTENT, body_json, check_user, created, listing, methods,
                                   not_exclusive, queue_of, require, typed, vhost_of, visible_vhosts)
 
 
@@ -53,14 +53,19 @@ async def purge_queue(request):
 
 
 async def pause_queue(request):
-    """LavinMQ's PUT /api/queues/{vhost}/{name}/pause and /resume."""
+    """LavinMQ's PUT /api/queues/{vhost}/{name}/pause, /resume and /restart
+    (a closed queue opened again from its files)."""
     require(request, MANAGEMENT)
     vhost, q = queue_of(request)
     check_user(request, "configure", vhost, q.name)
-    if request.match_info["action"] == "pause":
+    action = request.match_info["action"]
+    if action == "pause":
         q.pause()
-    else:
+    elif action == "resume":
         q.resume()
+    elif not vhost.restart_queue(q.name):
+        # LavinMQ's answer; only a closed queue is restarted
+        raise HTTPError(400, "Queue was not restarted" + ("" if q.closed else ": it is not closed"))
     return web.Response(status=NO_CONTENT)
 
 
@@ -70,4 +75,4 @@ def add_routes(app):
     r.add_get("/api/queues/{vhost}", list_queues)
     r.add_route("*", "/api/queues/{vhost}/{queue}", methods(get_queue, put_queue, delete_queue))
     r.add_delete("/api/queues/{vhost}/{queue}/contents", purge_queue)
-    r.add_put("/api/queues/{vhost}/{queue}/{action:pause|resume}", pause_queue)
+    r.add_put("/api/queues/{vhost}/{queue}/{action:pause|resume|restart}", pause_queue)
