@@ -57,6 +57,11 @@ class ResourceLocked(ChannelError):
 class PreconditionFailed(ChannelError):
     reply_code = 406
 
+class ChannelResourceError(ChannelError):
+    """506 on a channel.close: LavinMQ sends it for a per-channel limit
+    (max_consumers_per_channel), leaving the connection open."""
+    reply_code = 506
+
 
 # Hard errors (connection.close)
 class ConnectionForced(ConnectionError_):

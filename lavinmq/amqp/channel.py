@@ -8,7 +8,7 @@ import secrets
 from lavinmq import churn
 from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
-    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed, ResourceError,
+    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed, ChannelResourceError,
 )
 from lavinmq.arguments import validate_consumer
 from lavinmq.exchange import DefaultExchange
@@ -215,7 +215,7 @@ class AMQPChannel(CoreChannel):
         validate_consumer(arguments)
         limit = self.connection.config.max_consumers_per_channel
         if limit and len(self.consumers) >= limit:
-            raise ResourceError(f"max {limit} consumers per channel reached", 60, 20)
+            raise ChannelResourceError(f"Max {limit} consumers per channel reached", 60, 20)
         if getattr(q, "is_stream", False):
             c = q.new_consumer(self, tag, no_ack, exclusive, arguments)
         else:

@@ -110,9 +110,12 @@ def test_pidfile_load_definitions_and_consumer_limit(tmp_path):
         q = ch.queue_declare("", exclusive=True).method.queue
         ch.basic_consume(q, lambda *a: None)
         ch.basic_consume(q, lambda *a: None)
-        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
             ch.basic_consume(q, lambda *a: None)
-        assert e.value.reply_code == 506
+        # LavinMQ closes the channel, not the connection
+        assert e.value.reply_code == 506 and "Max 2 consumers per channel" in e.value.reply_text
+        assert c.is_open
+        c.channel().basic_consume(q, lambda *a: None)
     finally:
         assert b.stop() == 0
     assert not pidfile.exists()
