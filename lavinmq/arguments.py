@@ -96,7 +96,7 @@ EXCHANGE_ARGS = _table(
     Arg("alternate-exchange", "str", policy="alternate-exchange"),
     Arg("x-alternate-exchange", "str"),
     Arg("x-delayed-type", "str"),
-    Arg("x-delayed-exchange", "bool"),
+    Arg("x-delayed-exchange", "bool", policy="delayed-message"),     # LavinMQ's policy key
     Arg("x-message-deduplication", "bool"),
     Arg("x-cache-size", "int", 0, INT32_MAX),
     Arg("x-cache-ttl", "int", 0, INT64_MAX),

@@ -240,6 +240,11 @@ class PolicyStore:
         ex.effective_policy_definition = definition
         # the exchange's own argument wins over this (the routing core keeps both)
         ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        # LavinMQ's delayed-message: the exchange delays from now on (it
+        # stays so when the policy goes: its delayed messages are kept)
+        if (policy and policy.definition.get("delayed-message") is True and ex.delay_queue is None
+                and ex.name != "" and not getattr(ex, "deleted", False)):
+            self.vhost.attach_delay_queue(ex)
         self._federation_follows(ex, "exchange")
 
     def _federation_follows(self, obj, kind):

@@ -125,13 +125,13 @@ class VHost:
                                                   internal, False, arguments or {}))
         self.exchanges[name] = ex
         if (arguments or {}).get("x-delayed-exchange") is True:
-            self._attach_delay_queue(ex)
+            self.attach_delay_queue(ex)
         persistent.attach(self, ex)
         self.routing_version.bump()
         self.policies.apply_to_exchange(ex)
         return ex
 
-    def _attach_delay_queue(self, ex):
+    def attach_delay_queue(self, ex):
         """x-delayed-message: the exchange's delayed messages wait in a
         store of their own (kept across restarts when the exchange is durable)."""
         from lavinmq.queue.delayed import DelayedMessages

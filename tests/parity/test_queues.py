@@ -104,3 +104,47 @@ def test_restart_reopens_a_closed_queue(small_segments):
     assert bodies[:300] == [b"%05d" % i + b"x" * 200 for i in range(300)] and bodies[300:] == [b"after"]
     conn.close()
     b.check_clean()
+
+
+def test_delayed_message_policy(tmp_path):
+    """LavinMQ's policy key delayed-message: true makes a matching exchange
+    delay by x-delay; its delayed messages survive a restart."""
+    import time
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        status, _ = api(b, "PUT", "/api/policies/%2F/delay",
+                        {"pattern": "^delayed\\.", "apply-to": "exchanges", "definition": {"delayed-message": True}})
+        assert status == 201
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        ch.exchange_declare("delayed.x", "direct", durable=True)
+        ch.exchange_declare("plain.x", "direct", durable=True)
+        for x in ("delayed.x", "plain.x"):
+            ch.queue_declare(x + ".q", durable=True)
+            ch.queue_bind(x + ".q", x, "k")
+        ch.confirm_delivery()
+        delay = pika.BasicProperties(headers={"x-delay": 600}, delivery_mode=2)
+        ch.basic_publish("delayed.x", "k", b"later", delay)
+        ch.basic_publish("plain.x", "k", b"now", delay)
+        assert ch.queue_declare("plain.x.q", passive=True).method.message_count == 1
+        assert ch.queue_declare("delayed.x.q", passive=True).method.message_count == 0
+        time.sleep(0.9)
+        assert ch.queue_declare("delayed.x.q", passive=True).method.message_count == 1
+        # kept across a restart while still waiting
+        sent = time.monotonic()
+        ch.basic_publish("delayed.x", "k", b"after restart", pika.BasicProperties(headers={"x-delay": 3000},
+                                                                                 delivery_mode=2))
+        conn.close()
+        b.restart()
+        assert time.monotonic() - sent < 2.5, "the restart took too long for this check"
+        conn = pika.BlockingConnection(pika.URLParameters(b.url))
+        ch = conn.channel()
+        assert ch.queue_declare("delayed.x.q", passive=True).method.message_count == 1
+        deadline = time.monotonic() + 6
+        while ch.queue_declare("delayed.x.q", passive=True).method.message_count < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        conn.close()
+    finally:
+        b.stop()
+    b.check_clean()
