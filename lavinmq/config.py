@@ -73,6 +73,7 @@ class Config:
     pidfile: str | None = None           # the broker's pid is written here while it runs
     load_definitions: str | None = None  # a definitions JSON file imported at start (LavinMQ's)
     max_consumers_per_channel: int = 0   # 0: no limit
+    default_consistent_hash_algorithm: str = "ring"     # x-consistent-hash without x-algorithm (LavinMQ's)
     # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
     handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
     http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
@@ -208,6 +209,8 @@ OPTIONS = {
     "pidfile": Option("str", (("main", "pidfile"),), optional=True),
     "load_definitions": Option("str", (("main", "load_definitions"),), optional=True),
     "max_consumers_per_channel": Option("int", (("amqp", "max_consumers_per_channel"),), lo=0, hi=2 ** 31 - 1),
+    "default_consistent_hash_algorithm": Option("choice", (("main", "default_consistent_hash_algorithm"),),
+                                                choices=("ring", "jump")),
     "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
     "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
     "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),
@@ -255,7 +258,7 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 HARMLESS_KEYS = {
     "main": {"tls_ktls", "stats_log_size", "socket_buffer_size", "tcp_nodelay", "tcp_keepalive",
              "tcp_recv_buffer_size", "tcp_send_buffer_size", "free_disk_warn", "consumer_timeout_loop_interval",
-             "max_deleted_definitions", "default_consistent_hash_algorithm"},
+             "max_deleted_definitions"},
     "amqp": set(),
     "mgmt": set(),
     "mqtt": set(),
@@ -307,6 +310,9 @@ def convert(field, raw, where):
         raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
     if opt.kind == "level":
         return raw.lower()
+    if field == "default_consistent_hash_algorithm":
+        # Crystal's enum parse, as LavinMQ reads it: case and underscores aside
+        return raw.replace("_", "").lower()
     return raw
 
 

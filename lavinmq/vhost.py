@@ -51,8 +51,10 @@ def check_name(kind, name, class_id, method_id):
 
 
 class VHost:
-    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None, consumer_timeout=None):
+    def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None, consumer_timeout=None,
+                 consistent_hash_algorithm="ring"):
         self.name = name
+        self.consistent_hash_algorithm = consistent_hash_algorithm   # x-consistent-hash without x-algorithm
         self.consumer_timeout = consumer_timeout    # ms, the broker's default for every queue
         self.syncer = syncer        # lavinmq.sync.Syncer when confirms wait for the disk
         self.dir = entity_dir(data_dir, name)

@@ -31,7 +31,8 @@ class VHostStore(dict):
 
     def _new(self, name):
         return VHost(name, self.config.data_dir, self.config.segment_size, self.syncer,
-                     consumer_timeout=getattr(self.config, "consumer_timeout", None))
+                     consumer_timeout=getattr(self.config, "consumer_timeout", None),
+                     consistent_hash_algorithm=getattr(self.config, "default_consistent_hash_algorithm", "ring"))
 
     def add(self, name):
         if name not in self:

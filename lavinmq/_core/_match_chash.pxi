@@ -1,11 +1,18 @@
 # The consistent-hash exchange (x-consistent-hash), as LavinMQ: the binding
 # key is the destination's weight; the message's routing key (or a header,
-# or a property) picks one destination. Two algorithms, both over CRC32 so
-# that placement survives a restart:
-#   jump (default): each destination owns `weight` buckets, in binding order;
-#     Lamping and Veach's jump consistent hash picks a bucket. Adding a
-#     binding appends buckets, so only the new binding's share of keys moves.
-#   ring: LavinMQ's ring of CRC32("name.t") points, t < weight.
+# or a property) picks one destination. LavinMQ's two algorithms, over CRC32
+# so that placement survives a restart, kept to give the same destination
+# for the same key as LavinMQ does (tests/fixtures/lavinmq-consistent-hash-
+# vectors.json were made by LavinMQ's own hashers):
+#   ring (LavinMQ's default): points CRC32("name.t"), t < weight, in a map
+#     that keeps insertion order; a key goes to the first point at or after
+#     its CRC32, and past the last point to the oldest point still there.
+#     A point two destinations share belongs to the later one, and removing
+#     a weight removes its points whoever holds them (as LavinMQ).
+#   jump: each add appends `weight` buckets; Lamping and Veach's jump
+#     consistent hash over CRC32(key) << 32 | CRC32(key + "_salt") picks one.
+# Only bindings change these tables: the per-message step is a CRC and a
+# binary search (ring) or a few multiplications (jump).
 # Included by routing.pyx.
 
 cdef enum:
@@ -60,14 +67,20 @@ def jump_bucket(bytes key, int32_t buckets):
 
 
 cdef class ConsistentHashMatcher(Matcher):
-    cdef list entries           # [dest, name bytes, weight, is_exchange, count], in binding order
-    cdef PyObject **targets     # entry index -> destination (borrowed from entries)
+    # the hasher as LavinMQ's: jump's entries [name, weight, dest, is_x] in
+    # add order; ring's {CRC32 point: (dest, is_x)} in insertion order
+    cdef list entries
+    cdef dict ring
+    # C tables rebuilt from them when a binding changes
+    cdef list refs              # the destinations `targets` points to
+    cdef PyObject **targets
     cdef uint8_t *target_is_x
-    cdef uint32_t *buckets      # jump: bucket -> entry index
+    cdef uint32_t *buckets      # jump: bucket -> target
     cdef uint32_t nbuckets
-    cdef uint32_t *points       # ring: sorted points and their entry index
-    cdef uint32_t *point_entry
+    cdef uint32_t *points       # ring: sorted points and their target
+    cdef uint32_t *point_target
     cdef uint32_t npoints
+    cdef uint32_t first_target  # ring: the oldest point's target (past the last point)
     cdef int hash_on
     cdef bytes hash_name        # header name
     cdef int property_index
@@ -75,9 +88,11 @@ cdef class ConsistentHashMatcher(Matcher):
 
     def __cinit__(self):
         self.entries = []
+        self.ring = {}
+        self.refs = []
 
-    def __init__(self, algorithm="jump", hash_header=None, hash_property=None):
-        self.algorithm = ALGO_RING if algorithm == "ring" else ALGO_JUMP
+    def __init__(self, algorithm="ring", hash_header=None, hash_property=None):
+        self.algorithm = ALGO_JUMP if algorithm == "jump" else ALGO_RING
         if hash_header is not None:
             self.hash_on = HASH_ON_HEADER
             self.hash_name = hash_header.encode("utf-8", "surrogateescape")
@@ -94,46 +109,66 @@ cdef class ConsistentHashMatcher(Matcher):
         free(self.target_is_x)
         free(self.buckets)
         free(self.points)
-        free(self.point_entry)
+        free(self.point_target)
         self.targets = NULL
         self.target_is_x = NULL
         self.buckets = NULL
         self.points = NULL
-        self.point_entry = NULL
+        self.point_target = NULL
         self.nbuckets = self.npoints = 0
 
     cdef void clear_all(self) noexcept:
         self.free_tables()
         if self.entries is not None:
             self.entries.clear()
+        if self.ring is not None:
+            self.ring.clear()
+        if self.refs is not None:
+            self.refs.clear()
 
     def add(self, dest, bytes name, uint32_t weight, bint is_exchange):
-        for e in self.entries:
-            if e[0] is dest and e[2] == weight:
-                e[4] += 1
-                return
-        if sum(e[2] for e in self.entries) + weight > MAX_BUCKETS:
+        """A new binding of dest (named name) with this weight."""
+        cdef uint32_t t
+        cdef uint64_t total = weight
+        if self.algorithm == ALGO_JUMP:
+            total += sum(e[1] for e in self.entries)
+        else:
+            total += len(self.ring)
+        if total > MAX_BUCKETS:
             raise ValueError(f"the weights of exchange bindings add up to more than {MAX_BUCKETS}")
-        self.entries.append([dest, name, weight, is_exchange, 1])
+        if self.algorithm == ALGO_JUMP:
+            self.entries.append((name, weight, dest, is_exchange))
+        else:
+            for t in range(weight):
+                self.ring[crc32(name + b"." + str(t).encode())] = (dest, is_exchange)
         self.rebuild()
 
-    def remove(self, dest, uint32_t weight):
-        for i, e in enumerate(self.entries):
-            if e[0] is dest and e[2] == weight:
-                e[4] -= 1
-                if e[4] == 0:
-                    del self.entries[i]
-                    self.rebuild()
-                return True
-        return False
+    def remove(self, bytes name, uint32_t weight):
+        """LavinMQ's remove(name, weight): by name, whoever the destination."""
+        cdef uint32_t t
+        if self.algorithm == ALGO_JUMP:
+            self.entries = [e for e in self.entries if not (e[0] == name and e[1] == weight)]
+        else:
+            for t in range(weight):
+                self.ring.pop(crc32(name + b"." + str(t).encode()), None)
+        self.rebuild()
+
+    cdef uint32_t target_index(self, dict index, dest, bint is_x) except? 0xffffffff:
+        i = index.get(id(dest))
+        if i is None:
+            i = index[id(dest)] = len(self.refs)
+            self.refs.append(dest)
+            self.target_is_x[i] = is_x
+            self.targets[i] = <PyObject *>dest
+        return i
 
     def rebuild(self):
-        """Tables from the entries (bindings are rare: rebuilding is simple
-        and gives the same placement as a restart would)."""
-        cdef uint32_t i, t, k = 0
-        cdef uint32_t total = sum(e[2] for e in self.entries)
-        cdef Py_ssize_t n = len(self.entries)
+        """The C tables from the hasher's state (bindings are rare)."""
+        cdef uint32_t k = 0, i
+        cdef Py_ssize_t n = len(self.entries) + len(self.ring)
+        cdef dict index = {}
         self.free_tables()
+        self.refs = []
         if n == 0:
             return
         self.targets = <PyObject **>malloc(n * sizeof(PyObject *))
@@ -141,33 +176,33 @@ cdef class ConsistentHashMatcher(Matcher):
         if self.targets is NULL or self.target_is_x is NULL:
             self.free_tables()
             raise MemoryError()
-        for i in range(n):
-            self.targets[i] = <PyObject *>self.entries[i][0]
-            self.target_is_x[i] = self.entries[i][3]
         if self.algorithm == ALGO_JUMP:
+            total = sum(e[1] for e in self.entries)
             self.buckets = <uint32_t *>malloc((total or 1) * sizeof(uint32_t))
             if self.buckets is NULL:
                 self.free_tables()
                 raise MemoryError()
-            for i in range(n):
-                for t in range(<uint32_t>self.entries[i][2]):
+            for name, weight, dest, is_x in self.entries:
+                i = self.target_index(index, dest, is_x)
+                for _ in range(<uint32_t>weight):
                     self.buckets[k] = i
                     k += 1
-            self.nbuckets = total
+            self.nbuckets = k
             return
-        ring = {}
-        for i in range(n):
-            name = self.entries[i][1]
-            for t in range(<uint32_t>self.entries[i][2]):
-                ring[crc32(name + b"." + str(t).encode())] = i
-        self.points = <uint32_t *>malloc((len(ring) or 1) * sizeof(uint32_t))
-        self.point_entry = <uint32_t *>malloc((len(ring) or 1) * sizeof(uint32_t))
-        if self.points is NULL or self.point_entry is NULL:
+        self.points = <uint32_t *>malloc(n * sizeof(uint32_t))
+        self.point_target = <uint32_t *>malloc(n * sizeof(uint32_t))
+        if self.points is NULL or self.point_target is NULL:
             self.free_tables()
             raise MemoryError()
-        for p in sorted(ring):
+        first = True
+        for p, (dest, is_x) in self.ring.items():
+            if first:
+                self.first_target = self.target_index(index, dest, is_x)
+                first = False
+        for p in sorted(self.ring):
+            dest, is_x = self.ring[p]
             self.points[k] = p
-            self.point_entry[k] = ring[p]
+            self.point_target[k] = self.target_index(index, dest, is_x)
             k += 1
         self.npoints = k
 
@@ -198,7 +233,7 @@ cdef class ConsistentHashMatcher(Matcher):
             idx = self.buckets[jump_hash((<uint64_t>crc << 32) | crc32_update(crc, b"_salt", 5),
                                          <int32_t>self.nbuckets)]
         else:
-            # the first point at or after the key's hash, wrapping round
+            # the first point at or after the key's hash; none: the oldest point
             lo = 0
             hi = self.npoints
             while lo < hi:
@@ -207,5 +242,5 @@ cdef class ConsistentHashMatcher(Matcher):
                     lo = mid + 1
                 else:
                     hi = mid
-            idx = self.point_entry[lo if lo < self.npoints else 0]
+            idx = self.point_target[lo] if lo < self.npoints else self.first_target
         return out.add_dest(self.targets[idx], self.target_is_x[idx])

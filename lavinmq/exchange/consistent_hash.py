@@ -1,8 +1,10 @@
 """Consistent-hash exchange (`x-consistent-hash`), as LavinMQ and RabbitMQ's
 plugin: the binding key is the destination's weight; the routing key picks
 one destination, or instead a header (`hash-header`, LavinMQ's `x-hash-on`)
-or a property (`hash-property`). `x-algorithm`: `jump` (default: even spread,
-adding a binding moves only its share) or `ring` (LavinMQ's ring)."""
+or a property (`hash-property`). `x-algorithm`: `ring` or `jump`, LavinMQ's
+two hashers, the same keys landing on the same destinations as there; an
+exchange without one uses `[main] default_consistent_hash_algorithm` (ring,
+as LavinMQ)."""
 from lavinmq._core.routing import PROPERTY_INDEX, ConsistentHashMatcher
 from lavinmq.errors import PreconditionFailed
 from lavinmq.exchange.base import Exchange, bind_error
@@ -22,6 +24,26 @@ def _string_argument(exchange, arguments, key):
     return value
 
 
+ALGORITHMS = ("ring", "jump")
+
+
+def parse_algorithm(value):
+    """'ring' / 'jump' as LavinMQ reads them (case and underscores aside,
+    Crystal's enum parse), else None."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        return None
+    value = value.replace("_", "").lower()
+    return value if value in ALGORITHMS else None
+
+
+def algorithm_of(argument, vhost):
+    """x-algorithm if it names one (an unknown one is ignored, as LavinMQ),
+    else the broker's default."""
+    return parse_algorithm(argument) or getattr(vhost, "consistent_hash_algorithm", "ring")
+
+
 class ConsistentHashExchange(Exchange):
     type = "x-consistent-hash"
 
@@ -36,9 +58,7 @@ class ConsistentHashExchange(Exchange):
             prop = prop.replace("-", "_")
             if prop not in PROPERTY_INDEX or prop == "headers":
                 raise PreconditionFailed(f"exchange '{self.name}': unknown hash-property '{prop}'", 40, 10)
-        # an unknown x-algorithm falls back to the default, as LavinMQ does
-        algorithm = "ring" if args.get("x-algorithm") == "ring" else "jump"
-        return ConsistentHashMatcher(algorithm, header, prop)
+        return ConsistentHashMatcher(algorithm_of(args.get("x-algorithm"), self.vhost), header, prop)
 
     @staticmethod
     def weight(destination, routing_key):
@@ -59,7 +79,11 @@ class ConsistentHashExchange(Exchange):
             raise bind_error(b.destination, str(exc)) from None
 
     def _remove(self, b):
-        self.matcher.remove(b.destination, int(b.routing_key))
+        # LavinMQ removes the weight from the hasher only when no other
+        # binding of the destination has the same key (other arguments)
+        if any(k[0] is b.destination and k[1] == b.routing_key and k != b.key for k in self.bindings):
+            return
+        self.matcher.remove(b.destination.name.encode("utf-8", "surrogateescape"), int(b.routing_key))
 
     def replay_matcher(self, binding):
         # which destination a message hashes to depends on every binding
