@@ -263,6 +263,17 @@ class AMQPChannel(CoreChannel):
         if q.auto_delete and q.had_consumers and not q.consumers and q.name in self.vhost.queues:
             self.vhost.delete_queue(q.name)
 
+    def cancel_consumer(self, c):
+        """The management API cancels a consumer (LavinMQ's DELETE
+        /api/consumers/...): it leaves its queue, and the client is told
+        with basic.cancel if it understands it."""
+        if self.consumers.pop(c.tag, None) is None:
+            return
+        self._remove_consumer(c)
+        if self.connection.capabilities.get("consumer_cancel_notify") and not self.closing:
+            self.send(60, 30, (c.tag, True))
+            self.connection.flush()
+
     def server_cancel(self, c):
         """The queue is gone: tell the client, if it understands basic.cancel."""
         self.consumers.pop(c.tag, None)

@@ -187,6 +187,8 @@ PATHS = {
                                 "delete": _op("close a connection")},
     "/api/channels": {"get": _op("channels", ref("Channel"), listing=True)},
     "/api/consumers": {"get": _op("consumers", ref("Consumer"), listing=True)},
+    "/api/consumers/{vhost}/{connection}/{channel}/{consumer_tag}": {
+        "delete": _op("cancel a consumer; the client gets basic.cancel (LavinMQ)")},
     "/api/definitions": {"get": _op("export definitions", ref("Definitions")),
                          "post": _op("import definitions", body=OBJ)},
     "/api/aliveness-test/{vhost}": {"get": _op("the vhost answers", ref("Status"))},

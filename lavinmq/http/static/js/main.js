@@ -15,6 +15,7 @@ const PAGES = {
   exchange: () => import('./pages/exchange.js'),
   queues: () => import('./pages/queues.js'),
   queue: () => import('./pages/queue.js'),
+  stream: () => import('./pages/stream.js'),
   users: () => import('./pages/users.js'),
   user: () => import('./pages/user.js'),
   vhosts: () => import('./pages/vhosts.js'),
@@ -166,6 +167,7 @@ async function render () {
   for (const a of shell.nav.querySelectorAll('a')) {
     const r = a.dataset.route
     a.classList.toggle('active', r === name || (name === '' && r === 'overview') || (name && r === name + 's') ||
+      (name === 'stream' && r === 'queues') ||
       (name === 'operator-policies' && r === name))
   }
   const loader = PAGES[name]

@@ -6,7 +6,7 @@ import { enc } from '../api.js'
 
 export function listPath (base, vhost) { return vhost ? `${base}/${enc(vhost)}` : base }
 
-export function queueHref (vhost, name) { return `#/queue/${enc(vhost)}/${enc(name)}` }
+export function queueHref (vhost, name, type) { return `#/${type === 'stream' ? 'stream' : 'queue'}/${enc(vhost)}/${enc(name)}` }
 export function exchangeHref (vhost, name) { return `#/exchange/${enc(vhost)}/${enc(name === '' ? 'amq.default' : name)}` }
 export function connectionHref (name) { return `#/connection/${enc(name)}` }
 export function channelHref (name) { return `#/channel/${enc(name)}` }

@@ -135,6 +135,7 @@ export async function render ({ main, params, navigate }) {
   async function refresh () {
     return guard.refresh(async () => {
       const [q, bs] = await Promise.all([get(`${base}?${historyQuery()}`), get(`${base}/bindings`)])
+      if (q.type === 'stream') return navigate(`#/stream/${enc(vhost)}/${enc(name)}`)   // its own page, as LavinMQ's
       clear(stats, stat('State', stateBadge(q.state)), stat('Ready', fmtNumber(q.messages_ready)),
         stat('Unacked', fmtNumber(q.messages_unacknowledged)), stat('Total', fmtNumber(q.messages)),
         stat('Consumers', fmtNumber(q.consumers)),
