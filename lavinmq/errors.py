@@ -57,6 +57,11 @@ class ResourceLocked(ChannelError):
 class PreconditionFailed(ChannelError):
     reply_code = 406
 
+class ChannelNotImplemented(ChannelError):
+    """540 on a channel.close, as LavinMQ answers basic.get on a stream
+    (RabbitMQ closes the connection with the same code)."""
+    reply_code = 540
+
 class ChannelResourceError(ChannelError):
     """506 on a channel.close: LavinMQ sends it for a per-channel limit
     (max_consumers_per_channel), leaving the connection open."""

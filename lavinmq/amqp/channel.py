@@ -8,7 +8,8 @@ import secrets
 from lavinmq import churn
 from lavinmq._core.channel import Channel as CoreChannel, Consumer
 from lavinmq.errors import (
-    AccessRefused, NotAllowed, NotFound, NotImplemented_, PreconditionFailed, ChannelResourceError,
+    AccessRefused, ChannelNotImplemented, ChannelResourceError, NotAllowed, NotFound, NotImplemented_,
+    PreconditionFailed,
 )
 from lavinmq.arguments import validate_consumer
 from lavinmq.exchange import DefaultExchange
@@ -289,8 +290,8 @@ class AMQPChannel(CoreChannel):
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
         self._check_open(q, 60, 70)
         if getattr(q, "is_stream", False):
-            raise PreconditionFailed(f"queue '{queue}' in vhost '{self.vhost.name}' is a stream: "
-                                     f"basic.get is not supported, consume it instead", 60, 70)
+            raise ChannelNotImplemented(f"queue '{queue}' in vhost '{self.vhost.name}' is a stream: "
+                                        f"basic.get is not supported, consume it instead", 60, 70)
         q.touch()
         CoreChannel.basic_get(self, q, no_ack)
 
