@@ -199,12 +199,13 @@ OPTIONS = {
     "http_port": Option("int", (("mgmt", "port"),), ("LAVINMQ_HTTP_PORT",), **PORT),
     "metrics_http_bind": Option("str", (("main", "metrics_http_bind"),)),
     "metrics_http_port": Option("int", (("main", "metrics_http_port"),), **PORT),
-    "control_unix_path": Option("str", (("main", "control_unix_path"),)),
+    "control_unix_path": Option("str", (("main", "control_unix_path"),), ("LAVINMQ_CONTROL_UNIX_PATH",)),
     "stats_interval": Option("int", (("main", "stats_interval"),), lo=100, hi=3_600_000),
     "consumer_timeout": Option("int", (("main", "consumer_timeout"), ("amqp", "consumer_timeout")),
                                lo=1, hi=2 ** 63 - 1, optional=True),
     "default_consumer_prefetch": Option("int", (("main", "default_consumer_prefetch"),
-                                                ("amqp", "default_consumer_prefetch")), lo=0, hi=65535),
+                                                ("amqp", "default_consumer_prefetch")),
+                                        ("LAVINMQ_DEFAULT_CONSUMER_PREFETCH",), lo=0, hi=65535),
     "log_exchange": Option("bool", (("main", "log_exchange"),)),
     "pidfile": Option("str", (("main", "pidfile"),), optional=True),
     "load_definitions": Option("str", (("main", "load_definitions"),), optional=True),
@@ -276,6 +277,7 @@ UNSUPPORTED_KEYS = {
 }
 UNSUPPORTED_SECTIONS = {"oauth", "experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
+BOOL_WORDS = {"true", "yes", "on", "y", "1", "false", "no", "off", "n", "0"}
 
 
 def default_config_file(env):
@@ -392,6 +394,23 @@ def apply_ini(config, path):
                                   f"(remove it, or set it to false)")
             else:
                 raise ConfigError(f"{path}: {where}: unknown setting")
+    _deprecated_password_hash(config, path)
+
+
+def _deprecated_password_hash(config, path):
+    """LavinMQ reads [main] default_password as a password hash (deprecated
+    there for default_password_hash); here it is the password itself,
+    unless it is a hash, which is taken as LavinMQ takes it."""
+    if "default_password" not in config.sources or "default_password_hash" in config.sources:
+        return
+    try:
+        check_hash(config.default_password, "sha256")
+    except ValueError:
+        return
+    config.default_password_hash = config.default_password
+    config.sources["default_password_hash"] = config.sources["default_password"]
+    config.warnings.append(f"{path}: [main] default_password holds a password hash: taken as "
+                           f"default_password_hash (LavinMQ's deprecated form), use that key")
 
 
 def apply_env(config, env):
@@ -417,17 +436,34 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "clustering_on_leader_elected": "--clustering-on-leader-elected",
               "clustering_on_leader_lost": "--clustering-on-leader-lost",
               "clustering_lease_ttl": "--clustering-lease-ttl",
-              "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port"}
+              "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port",
+              "pidfile": "--pidfile", "control_unix_path": "--control-unix-path",
+              "default_consumer_prefetch": "--default-consumer-prefetch"}
+# LavinMQ's deprecated flags it still accepts: (dest, the flag, what replaces it)
+DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-password-hash"),
+                    ("default_user_only_loopback", "--guest-only-loopback", "--default-user-only-loopback"))
 
 
 def apply_args(config, args):
     if args.bind is not None:
         for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
+    for field, flag, instead in DEPRECATED_FLAGS:
+        value = getattr(args, "deprecated_" + field)
+        if value is not None:
+            config.warnings.append(f"{flag} is deprecated, use {instead}")
+            config.set(field, value, flag)
     for field, flag in CLI_FIELDS.items():
         value = getattr(args, field)
         if value is not None:
             config.set(field, value, flag)
+    # LavinMQ's flags for what only its Crystal runtime has: accepted, no effect
+    if args.tls_ktls is not None:
+        if args.tls_ktls.strip().lower() not in BOOL_WORDS:      # a boolean, as LavinMQ reads it
+            raise ConfigError(f"--tls-ktls: {args.tls_ktls!r} is not a boolean (true/false)")
+        config.warnings.append("--tls-ktls has no effect here (no kernel TLS offload), ignored")
+    if args.raise_gc_warn:
+        config.warnings.append("--raise-gc-warn has no effect here (Crystal's garbage collector), ignored")
     if args.debug:
         config.set("log_level", "debug", "--debug")
     if args.no_sync:
@@ -488,6 +524,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ciphers", dest="tls_ciphers", metavar="CIPHERS", help="OpenSSL cipher list to allow")
     p.add_argument("--tls-min-version", dest="tls_min_version", metavar="VERSION",
                    help="minimum TLS version: 1.0, 1.1, 1.2 or 1.3 (default 1.2)")
+    p.add_argument("--pidfile", dest="pidfile", metavar="FILE",
+                   help="write the process id to FILE at start; removed at a clean stop")
+    p.add_argument("--control-unix-path", dest="control_unix_path", metavar="PATH",
+                   help="UNIX socket lavinmqctl connects to (default DATA_DIR/lavinmqctl.sock)")
+    p.add_argument("--default-consumer-prefetch", dest="default_consumer_prefetch", metavar="NUMBER",
+                   help="prefetch of consumers on channels without basic.qos (default 65535)")
+    p.add_argument("--default-password", dest="deprecated_default_password_hash", metavar="PASSWORD-HASH",
+                   help="(deprecated) same as --default-password-hash")
+    p.add_argument("--guest-only-loopback", dest="deprecated_default_user_only_loopback", metavar="BOOL",
+                   help="(deprecated) same as --default-user-only-loopback")
+    p.add_argument("--tls-ktls", dest="tls_ktls", metavar="BOOL", help="accepted for LavinMQ's sake, no effect")
+    p.add_argument("--raise-gc-warn", action="store_true", help="accepted for LavinMQ's sake, no effect")
     p.add_argument("--no-data-dir-lock", action="store_true", help="do not flock DATA_DIR/.lock")
     p.add_argument("--no-sync", action="store_true",
                    help="send confirms once messages are written, without waiting for the disk "
@@ -513,7 +561,30 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--clustering-lease-ttl", dest="clustering_lease_ttl", metavar="SECONDS",
                    help="etcd lease of the leader; a crashed leader is replaced after about this long (default 2)")
     p.add_argument("-v", "--version", action="version", version=f"lavinmq {lavinmq.__version__}")
+    p.add_argument("--build-info", action=BuildInfo, help="show build information and exit")
     return p
+
+
+class BuildInfo(argparse.Action):
+    """LavinMQ's --build-info: the version and what it was built with."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(build_info())
+        parser.exit()
+
+
+def build_info():
+    import platform
+    import sysconfig
+    from lavinmq._core import codec
+    lines = [f"lavinmq {lavinmq.__version__}",
+             f"Python {platform.python_version()} ({platform.python_implementation()}, "
+             f"{platform.python_compiler()}) on {platform.machine()} {platform.system()}",
+             f"Extensions: {os.path.dirname(codec.__file__)} ({sysconfig.get_config_var('SOABI')})"]
+    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
