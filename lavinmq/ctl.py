@@ -1,7 +1,9 @@
 """lavinmqctl: manage a running broker through its HTTP API, over TCP
-(--uri) or the control UNIX socket the broker listens on (LavinMQ's
-`control_unix_path`, where the same API is served). The API is
-RabbitMQ's, so this also works against RabbitMQ's management plugin.
+(--uri, or --hostname/--port/--scheme) or the control UNIX socket the
+broker listens on (LavinMQ's `control_unix_path`, where the same API is
+served). Its commands, global options (-p/--vhost anywhere on the line) and
+output are LavinMQ's; the commands are in lavinmq/ctl_commands.py. The API
+is RabbitMQ's, so this also works against RabbitMQ's management plugin.
 
 Exit codes: 0 ok, 1 the broker refused (not found, bad request), 2 bad
 usage, 69 broker unreachable, 77 not authorised."""
@@ -14,7 +16,9 @@ import socket
 import sys
 import urllib.parse
 
-from lavinmq.auth.password import hash_password
+import lavinmq
+from lavinmq import ctl_commands as cmds
+from lavinmq.ctl_commands import CtlError, Fields, Info, Table
 from lavinmq.safetext import escape_controls
 
 # the broker listens on DATA_DIR/lavinmqctl.sock: the packages' data dir
@@ -25,16 +29,6 @@ DEFAULT_SOCKETS = ("/var/lib/lavinmq/lavinmqctl.sock", "/tmp/lavinmqctl.sock", "
 BROKER_USER = "lavinmq"
 DEFAULT_URI = "http://127.0.0.1:15672"
 EX_USAGE, EX_UNAVAILABLE, EX_NOPERM = 2, 69, 77
-
-
-class Info(str):
-    """An informational line ("Adding user ..."), hidden by --quiet."""
-
-
-class CtlError(Exception):
-    def __init__(self, message, code=1):
-        super().__init__(message)
-        self.code = code
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -100,361 +94,181 @@ class Client:
     post = lambda self, path, body: self.request("POST", path, body)       # noqa: E731
 
 
-def q(name):
-    """A path segment: vhost '/' is %2F, as the API expects."""
-    return urllib.parse.quote(name, safe="")
-
-
-# -- commands: each returns (columns, rows) to print, a str, or None ------------
-
-def list_users(c, a):
-    return ["name", "tags"], [[u["name"], _tags(u.get("tags"))] for u in c.get("/users")]
-
-
-def _tags(tags):
-    return ",".join(tags) if isinstance(tags, list) else (tags or "")
-
-
-def add_user(c, a):
-    c.put(f"/users/{q(a.username)}", {"password": a.password, "tags": ",".join(a.tags)})
-    return Info(f"Adding user {a.username}")
-
-
-def delete_user(c, a):
-    c.delete(f"/users/{q(a.username)}")
-    return Info(f"Deleting user {a.username}")
-
-
-def change_password(c, a):
-    user = c.get(f"/users/{q(a.username)}")
-    c.put(f"/users/{q(a.username)}", {"password": a.password, "tags": _tags(user.get("tags"))})
-    return Info(f"Changing password for user {a.username}")
-
-
-def set_user_tags(c, a):
-    user = c.get(f"/users/{q(a.username)}")
-    c.put(f"/users/{q(a.username)}", {"password_hash": user.get("password_hash", ""),
-                                      "hashing_algorithm": user.get("hashing_algorithm",
-                                                                    "rabbit_password_hashing_sha256"),
-                                      "tags": ",".join(a.tags)})
-    return Info(f"Setting tags for user {a.username} to {a.tags}")
-
-
-def set_permissions(c, a):
-    c.put(f"/permissions/{q(a.vhost)}/{q(a.username)}",
-          {"configure": a.configure, "write": a.write, "read": a.read})
-    return Info(f"Setting permissions for user {a.username} in vhost {a.vhost}")
-
-
-def hash_password_cmd(c, a):
-    return hash_password(a.password)
-
-
-def list_vhosts(c, a):
-    return ["name"], [[v["name"]] for v in c.get("/vhosts")]
-
-
-def add_vhost(c, a):
-    c.put(f"/vhosts/{q(a.name)}", {})
-    return Info(f"Adding vhost {a.name}")
-
-
-def delete_vhost(c, a):
-    c.delete(f"/vhosts/{q(a.name)}")
-    return Info(f"Deleting vhost {a.name}")
-
-
-def list_queues(c, a):
-    rows = [[x["name"], x.get("messages", 0), x.get("messages_ready", 0),
-             x.get("messages_unacknowledged", 0), x.get("consumers", 0)]
-            for x in c.get(f"/queues/{q(a.vhost)}")]
-    return ["name", "messages", "ready", "unacked", "consumers"], rows
-
-
-def list_streams(c, a):
-    rows = [[x["name"], x.get("messages", 0), x["stream"]["first_offset"], x["stream"]["last_offset"],
-             x["stream"]["message_bytes"], x["stream"]["segments"], x.get("consumers", 0)]
-            for x in c.get(f"/queues/{q(a.vhost)}") if x.get("type") == "stream"]
-    return ["name", "messages", "first_offset", "last_offset", "bytes", "segments", "consumers"], rows
-
-
-def list_stream_consumers(c, a):
-    """Connected stream consumers with their cursor, and the offsets stored
-    for tracked consumer tags (connected or not)."""
-    streams = {x["name"]: x for x in c.get(f"/queues/{q(a.vhost)}") if x.get("type") == "stream"}
-    rows, seen = [], set()
-    for x in c.get(f"/consumers/{q(a.vhost)}"):
-        name = x["queue"]["name"]
-        if name in streams and "stream" in x:
-            st = x["stream"]
-            seen.add((name, x["consumer_tag"]))
-            rows.append([name, x["consumer_tag"], True, st["offset"], st.get("last_delivered_offset"),
-                         st.get("committed_offset")])
-    for name, info in streams.items():
-        for tag, offset in info["stream"].get("consumer_offsets", {}).items():
-            if (name, tag) not in seen:
-                rows.append([name, tag, False, None, None, offset])
-    return ["stream", "consumer_tag", "connected", "offset", "last_delivered", "stored_offset"], rows
-
-
-def create_queue(c, a):
-    c.put(f"/queues/{q(a.vhost)}/{q(a.name)}",
-          {"durable": a.durable, "auto_delete": a.auto_delete, "arguments": _json_arg(a.args, "--args")})
-    return Info(f"Creating queue {a.name} in vhost {a.vhost}")
-
-
-def purge_queue(c, a):
-    c.delete(f"/queues/{q(a.vhost)}/{q(a.name)}/contents")
-    return Info(f"Purging queue {a.name} in vhost {a.vhost}")
-
-
-def _queue_action(action, done):
-    def run(c, a):
-        c.put(f"/queues/{q(a.vhost)}/{q(a.name)}/{action}", None)
-        return Info(f"{done} queue {a.name} in vhost {a.vhost}")
-    return run
-
-
-pause_queue = _queue_action("pause", "Paused")
-resume_queue = _queue_action("resume", "Resumed")
-restart_queue = _queue_action("restart", "Restarted")
-
-
-def delete_queue(c, a):
-    c.delete(f"/queues/{q(a.vhost)}/{q(a.name)}")
-    return Info(f"Deleting queue {a.name} in vhost {a.vhost}")
-
-
-def list_exchanges(c, a):
-    rows = [[x["name"], x["type"], x.get("durable"), x.get("auto_delete"), x.get("internal")]
-            for x in c.get(f"/exchanges/{q(a.vhost)}")]
-    return ["name", "type", "durable", "auto_delete", "internal"], rows
-
-
-def create_exchange(c, a):
-    args = _json_arg(a.args, "--args")
-    # AvalancheMQ's avalanchemqctl flags for a persistent exchange
-    if a.persist_messages is not None:
-        args["x-persist-messages"] = a.persist_messages
-    if a.persist_ms is not None:
-        args["x-persist-ms"] = a.persist_ms
-    c.put(f"/exchanges/{q(a.vhost)}/{q(a.name)}",
-          {"type": a.type, "durable": a.durable, "auto_delete": a.auto_delete, "internal": a.internal,
-           "arguments": args})
-    return Info(f"Creating {a.type} exchange {a.name} in vhost {a.vhost}")
-
-
-def delete_exchange(c, a):
-    c.delete(f"/exchanges/{q(a.vhost)}/{q(a.name)}")
-    return Info(f"Deleting exchange {a.name} in vhost {a.vhost}")
-
-
-def _policy_commands(path, what):
-    def list_(c, a):
-        rows = [[p["vhost"], p["name"], p["pattern"], p.get("apply-to", "all"),
-                 json.dumps(p.get("definition", {})), p.get("priority", 0)]
-                for p in c.get(f"/{path}/{q(a.vhost)}")]
-        return ["vhost", "name", "pattern", "apply-to", "definition", "priority"], rows
-
-    def set_(c, a):
-        c.put(f"/{path}/{q(a.vhost)}/{q(a.name)}",
-              {"pattern": a.pattern, "definition": _json_arg(a.definition, "definition"),
-               "priority": a.priority, "apply-to": a.apply_to})
-        return Info(f"Setting {what} {a.name} in vhost {a.vhost}")
-
-    def clear(c, a):
-        c.delete(f"/{path}/{q(a.vhost)}/{q(a.name)}")
-        return Info(f"Clearing {what} {a.name} in vhost {a.vhost}")
-    return list_, set_, clear
-
-
-list_policies, set_policy, clear_policy = _policy_commands("policies", "policy")
-list_operator_policies, set_operator_policy, clear_operator_policy = _policy_commands(
-    "operator-policies", "operator policy")
-
-
-def list_connections(c, a):
-    rows = [[x["name"], x.get("user"), x.get("vhost"), x.get("state", "running"), x.get("channels", 0)]
-            for x in c.get("/connections")]
-    return ["name", "user", "vhost", "state", "channels"], rows
-
-
-def close_connection(c, a):
-    c.delete(f"/connections/{q(a.name)}", headers={"X-Reason": a.reason})
-    return Info(f"Closing connection {a.name}")
-
-
-def export_definitions(c, a):
-    return c.get("/definitions")
-
-
-def import_definitions(c, a):
-    try:
-        with (sys.stdin if a.file == "-" else open(a.file)) as f:
-            body = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise CtlError(f"cannot read definitions from {a.file}: {exc}", 1)
-    c.post("/definitions", body)
-    return Info(f"Imported definitions from {a.file}")
-
-
-def status(c, a):
-    o = c.get("/overview")
-    totals = o.get("object_totals", {})
-    msgs = o.get("queue_totals", {})
-    return ["key", "value"], [
-        ["version", o.get("lavinmq_version") or o.get("rabbitmq_version") or o.get("product_version")],
-        ["node", o.get("node")],
-        ["uptime", format_uptime(o.get("uptime"))],
-        ["connections", totals.get("connections")],
-        ["channels", totals.get("channels")],
-        ["consumers", totals.get("consumers")],
-        ["queues", totals.get("queues")],
-        ["exchanges", totals.get("exchanges")],
-        ["messages", msgs.get("messages", 0)],
-        ["messages_ready", msgs.get("messages_ready", 0)],
-        ["messages_unacknowledged", msgs.get("messages_unacknowledged", 0)],
-    ]
-
-
-def cluster_status(c, a):
-    """The nodes as the leader sees them (a follower passes the request on)."""
-    rows = []
-    for n in c.get("/nodes"):
-        if "role" not in n:
-            rows.append([n.get("name"), "single node", None, None, None, None])
-            continue
-        rows.append([n.get("name"), n.get("role"), n.get("uri"), n.get("in_isr"),
-                     0 if n.get("role") == "leader" else n.get("lag_in_bytes"), n.get("state", "leading")])
-    return ["node", "role", "uri", "in_isr", "lag_in_bytes", "state"], rows
-
-
-def format_uptime(ms):
-    """The API's uptime (milliseconds) with its units: 1d 2h 3m 4s."""
-    if not isinstance(ms, int):
-        return ms
-    s = ms // 1000
-    parts = [(s // 86400, "d"), (s // 3600 % 24, "h"), (s // 60 % 60, "m")]
-    text = " ".join(f"{n}{unit}" for n, unit in parts if n)
-    return f"{text} {s % 60}s".strip()
-
-
-def _json_arg(text, what):
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise CtlError(f"{what} is not JSON: {exc}", EX_USAGE)
-    if not isinstance(value, dict):
-        raise CtlError(f"{what} must be a JSON object", EX_USAGE)
-    return value
-
-
 # -- command line ---------------------------------------------------------------
+
+def _global_options(p, defaults):
+    """LavinMQ's global options. They are given to the main parser (with
+    their defaults) and to every command (without, so that one given after
+    the command wins, and one not given there changes nothing)."""
+    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)      # noqa: E731
+    p.add_argument("-p", "--vhost", metavar="VHOST", default=d(None), help="the vhost (default /)")
+    p.add_argument("-U", "--uri", default=d(None), help=f"HTTP API, e.g. {DEFAULT_URI}")
+    p.add_argument("-H", "--host", default=d(None), help="(deprecated) same as --uri")
+    p.add_argument("--hostname", default=d(None), help="the broker's host name (with --port and --scheme)")
+    p.add_argument("-P", "--port", default=d(None), help="its HTTP port (default 15672)")
+    p.add_argument("--scheme", default=d(None), choices=("http", "https"), help="http (default) or https")
+    p.add_argument("-u", "--user", dest="api_user", metavar="USER", default=d(None),
+                   help="user (default guest, or the one in the URI)")
+    p.add_argument("--password", dest="api_password", metavar="PASSWORD", default=d(None), help="password")
+    p.add_argument("--control-unix-path", "--socket", dest="socket", metavar="PATH", default=d(None),
+                   help=f"control UNIX socket (default $LAVINMQCTL_CONTROL_UNIX_PATH or $LAVINMQCTL_SOCKET, "
+                        f"else the first of {', '.join(DEFAULT_SOCKETS)} that exists)")
+    p.add_argument("-D", "--data-dir", default=d(None), help="the broker's data directory: use its control "
+                                                             "socket (DATA_DIR/lavinmqctl.sock)")
+    p.add_argument("-n", "--node", default=d(None), help="accepted, as LavinMQ does; there is one node")
+    p.add_argument("-f", "--format", choices=("text", "json"), default=d("text"))
+    p.add_argument("-q", "--quiet", action="store_true", default=d(False),
+                   help="no informational lines (\"Listing ...\")")
+    p.add_argument("-s", "--silent", action="store_true", default=d(False),
+                   help="no informational lines and no table header")
+
 
 def build_parser():
     p = argparse.ArgumentParser(prog="lavinmqctl", description="Manage a running lavinmq broker.")
-    p.add_argument("-U", "--uri", help=f"HTTP API, e.g. {DEFAULT_URI} (default: the control socket, "
-                                       f"else {DEFAULT_URI})")
-    p.add_argument("-u", "--user", dest="api_user", help="user (default guest, or the one in --uri)")
-    p.add_argument("-p", "--password", dest="api_password", help="password")
-    p.add_argument("--socket", default=os.environ.get("LAVINMQCTL_SOCKET"),
-                   help=f"control UNIX socket (default $LAVINMQCTL_SOCKET, else the first of "
-                        f"{', '.join(DEFAULT_SOCKETS)} that exists)")
-    p.add_argument("-D", "--data-dir", help="the broker's data directory: use its control socket "
-                                            "(DATA_DIR/lavinmqctl.sock)")
-    p.add_argument("-f", "--format", choices=("text", "json"), default="text")
-    p.add_argument("-q", "--quiet", action="store_true", help="no informational messages")
+    _global_options(p, True)
+    p.add_argument("-v", "--version", action="version", version=lavinmq.__version__)
+    p.add_argument("--build-info", action=BuildInfo, help="show build information and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def cmd(name, fn, help_, *args, vhost=False):
+    def cmd(name, fn, help_, *args):
         s = sub.add_parser(name, help=help_)
+        _global_options(s, False)
         for a in args:
             s.add_argument(*a[0], **a[1])
-        if vhost:
-            s.add_argument("-n", "--vhost", default="/", help="vhost (default /)")
         s.set_defaults(func=fn)
         return s
 
     A = lambda *names, **kw: (names, kw)      # noqa: E731
     flag = lambda name, h: A(name, action="store_true", help=h)    # noqa: E731
-    cmd("list_users", list_users, "list users")
-    cmd("add_user", add_user, "create a user", A("username"), A("password"),
+    num = lambda name, h: A(name, type=int, help=h)    # noqa: E731
+    c = cmds
+    cmd("list_users", c.list_users, "list users and their tags")
+    cmd("add_user", c.add_user, "create a user", A("username"), A("password"),
         A("--tags", nargs="*", default=[], help="administrator, monitoring, management, policymaker"))
-    cmd("delete_user", delete_user, "delete a user", A("username"))
-    cmd("change_password", change_password, "set a user's password", A("username"), A("password"))
-    cmd("set_user_tags", set_user_tags, "set a user's tags", A("username"), A("tags", nargs="*"))
-    cmd("set_permissions", set_permissions, "set a user's permissions in a vhost", A("username"),
-        A("configure"), A("write"), A("read"), vhost=True)
-    cmd("hash_password", hash_password_cmd, "print a password hash for users.json / definitions",
+    cmd("delete_user", c.delete_user, "delete a user", A("username"))
+    cmd("change_password", c.change_password, "set a user's password", A("username"), A("password"))
+    cmd("set_user_tags", c.set_user_tags, "set a user's tags", A("username"), A("tags", nargs="*"))
+    cmd("set_permissions", c.set_permissions, "set a user's permissions in a vhost (-p)", A("username"),
+        A("configure"), A("write"), A("read"))
+    cmd("hash_password", c.hash_password_cmd, "print a password hash for users.json / definitions",
         A("password"))
-    cmd("list_vhosts", list_vhosts, "list vhosts")
-    cmd("add_vhost", add_vhost, "create a vhost", A("name"))
-    cmd("delete_vhost", delete_vhost, "delete a vhost and everything in it", A("name"))
-    cmd("list_queues", list_queues, "list queues", vhost=True)
-    cmd("create_queue", create_queue, "declare a queue", A("name"), flag("--durable", "survive restarts"),
-        flag("--auto-delete", "delete when the last consumer goes"), A("--args", help="JSON arguments"),
-        vhost=True)
-    cmd("list_streams", list_streams, "list stream queues with their first and last offset and size",
-        vhost=True)
-    cmd("list_stream_consumers", list_stream_consumers, "stream consumers' offsets (connected and stored)",
-        vhost=True)
-    cmd("purge_queue", purge_queue, "remove every ready message of a queue", A("name"), vhost=True)
-    cmd("pause_queue", pause_queue, "pause a queue: it delivers nothing until resumed", A("name"), vhost=True)
-    cmd("resume_queue", resume_queue, "resume a paused queue", A("name"), vhost=True)
-    cmd("restart_queue", restart_queue, "open a closed queue again from its files", A("name"), vhost=True)
-    cmd("delete_queue", delete_queue, "delete a queue", A("name"), vhost=True)
-    cmd("list_exchanges", list_exchanges, "list exchanges", vhost=True)
-    cmd("create_exchange", create_exchange, "declare an exchange", A("type"), A("name"),
+    cmd("list_vhosts", c.list_vhosts, "list vhosts")
+    cmd("add_vhost", c.add_vhost, "create a vhost", A("name"))
+    cmd("delete_vhost", c.delete_vhost, "delete a vhost and everything in it", A("name"))
+    cmd("set_vhost_limits", c.set_vhost_limits, "set a vhost's (-p) limits: max-connections, max-queues",
+        A("json", help='e.g. {"max-connections": 100, "max-queues": 1000}'))
+    cmd("list_queues", c.list_queues, "list queues")
+    cmd("create_queue", c.create_queue, "declare a queue", A("name"), flag("--durable", "survive restarts"),
+        flag("--auto-delete", "delete when the last consumer goes"),
+        num("--expires", "delete after this many ms unused (x-expires)"),
+        num("--max-length", "at most this many messages (x-max-length)"),
+        num("--message-ttl", "messages expire after this many ms (x-message-ttl)"),
+        num("--delivery-limit", "dead-letter after this many deliveries (x-delivery-limit)"),
+        flag("--reject-on-overflow", "refuse publishes past max-length instead of dropping the oldest"),
+        A("--dead-letter-exchange", help="where dead letters go"),
+        A("--dead-letter-routing-key", help="their routing key"),
+        flag("--stream-queue", "a stream (x-queue-type stream)"),
+        A("--args", help="JSON arguments"))
+    cmd("list_streams", c.list_streams, "list stream queues with their first and last offset and size")
+    cmd("list_stream_consumers", c.list_stream_consumers, "stream consumers' offsets (connected and stored)")
+    cmd("purge_queue", c.purge_queue, "remove every ready message of a queue", A("name"))
+    cmd("pause_queue", c.pause_queue, "pause a queue: it delivers nothing until resumed", A("name"))
+    cmd("resume_queue", c.resume_queue, "resume a paused queue", A("name"))
+    cmd("restart_queue", c.restart_queue, "open a closed queue again from its files", A("name"))
+    cmd("delete_queue", c.delete_queue, "delete a queue", A("name"))
+    cmd("list_exchanges", c.list_exchanges, "list exchanges")
+    cmd("create_exchange", c.create_exchange, "declare an exchange", A("type"), A("name"),
         flag("--durable", "survive restarts"), flag("--auto-delete", "delete with its last binding"),
-        flag("--internal", "only exchange-to-exchange publishes"), A("--args", help="JSON arguments"),
-        A("--persist-messages", type=int, help="keep this many messages (x-persist-messages)"),
-        A("--persist-ms", type=int, help="keep messages this many ms (x-persist-ms)"),
-        vhost=True)
-    cmd("delete_exchange", delete_exchange, "delete an exchange", A("name"), vhost=True)
-    for kind, fns in (("policy", (list_policies, set_policy, clear_policy)),
-                      ("operator_policy", (list_operator_policies, set_operator_policy, clear_operator_policy))):
+        flag("--internal", "only exchange-to-exchange publishes"), flag("--delayed", "delay by x-delay"),
+        A("--alternate-exchange", help="where unroutable messages go"),
+        num("--persist-messages", "a persistent exchange: keep this many messages (x-persist-messages)"),
+        num("--persist-ms", "a persistent exchange: keep messages this many ms (x-persist-ms)"),
+        A("--args", help="JSON arguments"))
+    cmd("delete_exchange", c.delete_exchange, "delete an exchange", A("name"))
+    for kind, fns in (("policy", (c.list_policies, c.set_policy, c.clear_policy)),
+                      ("operator_policy", (c.list_operator_policies, c.set_operator_policy,
+                                           c.clear_operator_policy))):
         what = kind.replace("_", " ")
-        cmd(f"list_{kind.replace('policy', 'policies')}", fns[0], f"list {what.replace('policy', 'policies')}",
-            vhost=True)
-        cmd(f"set_{kind}", fns[1], f"create or change an {what}" if kind.startswith("o") else
-            f"create or change a {what}", A("name"), A("pattern"),
+        an = "an" if kind.startswith("o") else "a"
+        cmd(f"list_{kind.replace('policy', 'policies')}", fns[0], f"list {what.replace('policy', 'policies')}")
+        cmd(f"set_{kind}", fns[1], f"create or change {an} {what}", A("name"), A("pattern"),
             A("definition", help="JSON object"), A("--priority", type=int, default=0),
             A("--apply-to", default="queues" if kind.startswith("o") else "all",
-              choices=("all", "queues", "exchanges")), vhost=True)
-        cmd(f"clear_{kind}", fns[2], f"delete an {what}" if kind.startswith("o") else f"delete a {what}",
-            A("name"), vhost=True)
-    cmd("list_connections", list_connections, "list client connections")
-    cmd("close_connection", close_connection, "close a client connection", A("name"),
+              choices=("all", "queues", "exchanges")))
+        cmd(f"clear_{kind}", fns[2], f"delete {an} {what}", A("name"))
+    cmd("list_connections", c.list_connections, "list client connections", A("columns", nargs="*",
+        help="fields to show (default: user peer_host peer_port state; name for close_connection)"))
+    cmd("close_connection", c.close_connection, "close a client connection", A("name"),
         A("reason", nargs="?", default="Closed via lavinmqctl"))
-    cmd("export_definitions", export_definitions, "print users, vhosts, queues ... as JSON")
-    cmd("import_definitions", import_definitions, "load definitions from a JSON file (- for stdin)",
+    cmd("close_all_connections", c.close_all_connections, "close every connection (of -p VHOST if given)",
+        A("reason", nargs="?", default="Closed via lavinmqctl"))
+    cmd("export_definitions", c.export_definitions, "print users, vhosts, queues ... as JSON (-p: one vhost)")
+    cmd("import_definitions", c.import_definitions, "load definitions from a JSON file (- for stdin)",
         A("file"))
-    cmd("status", status, "broker version, uptime and totals")
-    cmd("cluster_status", cluster_status, "the cluster's nodes: role, in-sync replicas, replication lag")
+    cmd("definitions", c.definitions, "definitions JSON read from a data directory (no broker needed)",
+        A("data_dir_path", metavar="DATA_DIR"))
+    cmd("status", c.status, "broker version, uptime and totals")
+    cmd("cluster_status", c.cluster_status, "the cluster's nodes: role, in-sync replicas, replication lag")
+    cmd("gc_collect", c.gc_collect, "collect garbage in the broker and print its collector's statistics")
+    cmd("stop_app", c.app_noop, "accepted, as LavinMQ does: does nothing")
+    cmd("start_app", c.app_noop, "accepted, as LavinMQ does: does nothing")
     return p
 
 
-def render(result, fmt, quiet, out):
+class BuildInfo(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from lavinmq.config import build_info
+        print(build_info())
+        parser.exit()
+
+
+def _cell(v):
+    """A value as LavinMQ prints it in a table: booleans in lower case,
+    nothing for null, JSON for objects."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)
+
+
+def render(result, fmt, quiet, out, silent=False):
     if result is None:
         return
-    if isinstance(result, str):
-        if fmt == "json":
-            out.write(json.dumps({"result": result}) + "\n")
-        elif not (quiet and isinstance(result, Info)):
+    if isinstance(result, list) and all(isinstance(r, (Info, Table)) for r in result):
+        for r in result:
+            render(r, fmt, quiet, out, silent)
+        return
+    if isinstance(result, Info):
+        if fmt != "json" and not quiet and not silent:
             out.write(escape_controls(result) + "\n")
         return
-    if isinstance(result, tuple):
-        columns, rows = result
+    if isinstance(result, str):
+        out.write((json.dumps(result) if fmt == "json" else escape_controls(result)) + "\n")
+        return
+    if isinstance(result, Table):
         if fmt == "json":
-            out.write(json.dumps([dict(zip(columns, r)) for r in rows]) + "\n")
+            out.write(json.dumps([dict(zip(result.columns, r)) for r in result.rows]) + "\n")
+            return
+        if result.info and not quiet and not silent:
+            out.write(result.info + "\n")
+        if not silent:
+            out.write("\t".join(result.columns) + "\n")
+        for r in result.rows:
+            # a tab or newline in a name would shift columns; escape sequences would reach the terminal
+            out.write("\t".join(escape_controls(_cell(v)) for v in r) + "\n")
+        return
+    if isinstance(result, Fields):
+        if fmt == "json":
+            out.write(json.dumps(result) + "\n")
         else:
-            if not quiet:
-                out.write("\t".join(columns) + "\n")
-            for r in rows:
-                # a tab or newline in a name would shift columns; escape sequences would reach the terminal
-                out.write("\t".join("" if v is None else escape_controls(str(v)) for v in r) + "\n")
+            for k, v in result.items():
+                out.write(f"{k}: {escape_controls(_cell(v))}\n")
         return
     out.write(json.dumps(result, indent=None if fmt == "json" else 2) + "\n")
 
@@ -485,11 +299,40 @@ def trusted_socket(path):
     return None
 
 
-def main(argv=None, out=None):
+def _uri(args, env):
+    """The API's address from --uri / -H / $LAVINMQCTL_HOST, or built from
+    --hostname, --port and --scheme (LavinMQ's rules: not both kinds)."""
+    uri = args.uri or args.host or (env.get("LAVINMQCTL_HOST") if not args.hostname else None)
+    parts = [n for n, v in (("hostname", args.hostname), ("port", args.port), ("scheme", args.scheme)) if v]
+    if uri and parts and (args.uri or args.host):
+        raise CtlError(f"invalid args when using {'uri' if args.uri else 'host'}: {', '.join(parts)}", 2)
+    if uri or not parts:
+        return uri
+    if not args.hostname:
+        raise CtlError("--port and --scheme need --hostname", 2)
+    try:
+        port = int(args.port or 15672)
+    except ValueError:
+        raise CtlError(f"--port: {args.port!r} is not a number", 2) from None
+    return f"{args.scheme or 'http'}://{args.hostname}:{port}"
+
+
+def main(argv=None, out=None, env=None):
     out = out or sys.stdout
+    env = os.environ if env is None else env
     args = build_parser().parse_args(argv)
+    args.vhost_given = args.vhost is not None
+    args.vhost = args.vhost if args.vhost is not None else "/"
+    if args.socket is None:
+        args.socket = env.get("LAVINMQCTL_CONTROL_UNIX_PATH") or env.get("LAVINMQCTL_SOCKET")
+    try:
+        args.uri = _uri(args, env)
+    except CtlError as exc:
+        print(f"lavinmqctl: {exc}", file=sys.stderr)
+        return exc.code
     unix_path = None
-    if not args.uri and args.func is not hash_password_cmd:
+    offline = args.func in (cmds.hash_password_cmd, cmds.definitions, cmds.app_noop)
+    if not args.uri and not offline:
         if args.data_dir and not args.socket:
             args.socket = os.path.join(args.data_dir, "lavinmqctl.sock")
         if args.socket:
@@ -509,7 +352,7 @@ def main(argv=None, out=None):
                 print(f"lavinmqctl: not using {candidate}: {why}", file=sys.stderr)
     try:
         client = Client(args.uri, args.api_user, args.api_password, unix_path)
-        render(args.func(client, args), args.format, args.quiet, out)
+        render(args.func(client, args), args.format, args.quiet, out, args.silent)
     except CtlError as exc:
         print(f"lavinmqctl: {escape_controls(str(exc))}", file=sys.stderr)
         return exc.code

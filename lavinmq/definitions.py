@@ -33,13 +33,14 @@ class DefinitionsFile:
         self.f = None
         self.syncer = syncer    # declarations reach the disk with the next confirmed messages
 
-    def frames(self):
+    def frames(self, repair=True):
         """Yield ((class_id, method_id), args). A damaged tail is cut at
         the last whole frame; a whole frame whose arguments do not decode is
         logged and skipped, so one bad definition never takes the ones after
         it along. One at a time: a boot with 100,000 queues must not hold
         every decoded declaration at once (their remains would be scattered
-        between the queues for the life of the process)."""
+        between the queues for the life of the process). repair=False only
+        reads (lavinmqctl definitions, on a live broker's files)."""
         if not os.path.exists(self.path):
             return
         with open(self.path, "rb") as f:
@@ -65,7 +66,7 @@ class DefinitionsFile:
                     yield frame
             pos = end + 1
             good = pos
-        if good != len(data):
+        if good != len(data) and repair:
             log.warning("%s: damaged tail of %d bytes cut", self.path, len(data) - good)
             with open(self.path, "r+b") as f:
                 f.truncate(good)

@@ -4,6 +4,7 @@ A chroot or a minimal container may have no /proc: then the figures are
 unknown (0) rather than an exception, and the memory alarm stays off,
 since a guess from getrusage (the peak, not the current size) would block
 publishers for good after one spike."""
+import ctypes
 import os
 import time
 
@@ -30,7 +31,6 @@ def open_fds():
 # -- giving freed heap back --------------------------------------------------
 
 try:
-    import ctypes
     _malloc_trim = ctypes.CDLL(None).malloc_trim     # glibc; absent on musl
     _malloc_trim.argtypes = [ctypes.c_size_t]
 except (OSError, AttributeError):
@@ -67,3 +67,35 @@ def trim_if_due():
     _last_trim = now
     _malloc_trim(0)
     return True
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def gc_stats():
+    """What LavinMQ's GET /api/nodes/gc_stats reports of its collector, for
+    Python's: collections so far, objects tracked per generation, and the C
+    heap (glibc's mallinfo2) with the resident size."""
+    import gc
+    gens = gc.get_stats()
+    out = {"gc_no": sum(g["collections"] for g in gens), "generations": gens,
+           "tracked_objects": list(gc.get_count()), "rss_bytes": resident_memory()}
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2.restype = _MallInfo2
+        mi = mallinfo2()
+        out.update(heap_size=mi.arena + mi.hblkhd, free_bytes=mi.fordblks, in_use_bytes=mi.uordblks + mi.hblkhd)
+    except (AttributeError, OSError):
+        pass        # not glibc
+    return out
+
+
+def collect_garbage():
+    """LavinMQ's gc_collect: a full collection, then the freed heap given
+    back to the system."""
+    import gc
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)

@@ -76,13 +76,15 @@ def control_socket(tmp_path):
 
 def test_control_socket_is_used_when_present(control_socket):
     Handler.seen.clear()
-    rc, out = run(["--socket", control_socket, "-u", "admin", "-p", "pw", "-f", "json", "list_users"])
+    rc, out = run(["--socket", control_socket, "-u", "admin", "--password", "pw", "-f", "json", "list_users"])
     assert rc == 0 and json.loads(out) == [{"name": "guest", "tags": "administrator"}]
     method, path, auth = Handler.seen[0]
     assert (method, path) == ("GET", "/api/users")
     assert base64.b64decode(auth.split()[1]) == b"admin:pw"
     rc, out = run(["--socket", control_socket, "-q", "list_users"])
-    assert out == "guest\tadministrator\n"          # quiet: no header
+    assert out == "name\ttags\nguest\tadministrator\n"          # quiet: no "Listing users ..." (LavinMQ)
+    rc, out = run(["--socket", control_socket, "-s", "list_users"])
+    assert out == "guest\tadministrator\n"          # silent: no header either
 
 
 def test_http_errors_give_exit_1_with_the_reason(control_socket, capsys):

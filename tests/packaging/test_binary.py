@@ -85,7 +85,7 @@ def test_broker_ctl_and_perf_from_one_binary(binary, tmp_path):
         ch.basic_publish("", "frozen", b"hi")
         conn.close()
         ctl = os.path.join(DIST, "lavinmqctl")
-        out = subprocess.run([ctl, "--socket", str(data / "lavinmqctl.sock"), "-q", "list_queues"], env=env,
+        out = subprocess.run([ctl, "--socket", str(data / "lavinmqctl.sock"), "-s", "list_queues"], env=env,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0 and out.stdout == "frozen\t1\t1\t0\t0\n"
         perf = os.path.join(DIST, "lavinmqperf")

@@ -85,7 +85,7 @@ def test_apt_install_run_remove_purge(root, artefacts):
     with ChrootBroker(root) as broker:
         roundtrip(broker.port)
         # lavinmqctl as the lavinmq user: finds the control socket in /var/lib/lavinmq
-        out = in_root(root, "lavinmqctl", "-q", "list_queues",
+        out = in_root(root, "lavinmqctl", "-s", "list_queues",
                       user="lavinmq").stdout
         assert out.startswith("packaging-test\t1\t"), out
         broker.stop()

@@ -1,6 +1,8 @@
 """What the parity tests share: the management API over real HTTP and the
 real lavinmqctl (a subprocess) against a real broker."""
 import base64
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -28,11 +30,21 @@ def api(broker, method, path, body=None, user="guest", password="guest", raw=Non
         return status, text.decode(errors="replace")
 
 
-def ctl(broker, *argv, check=True):
-    """The real lavinmqctl as a user runs it -> CompletedProcess."""
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    p = subprocess.run([sys.executable, "-m", "lavinmq.ctl", "--uri", broker.http_url, *argv],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+def ctl(broker, *argv, check=True, process=False):
+    """lavinmqctl's main() with --uri to the broker -> CompletedProcess;
+    process=True runs it as a user does, in a process of its own (slower:
+    most calls stay in this one)."""
+    argv = ["--uri", broker.http_url, *argv]
+    if process:
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        p = subprocess.run([sys.executable, "-m", "lavinmq.ctl", *argv],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    else:
+        from lavinmq import ctl as lavinmqctl
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = lavinmqctl.main(argv, out=out)
+        p = subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
     if check:
         assert p.returncode == 0, (argv, p.returncode, p.stdout, p.stderr)
     return p

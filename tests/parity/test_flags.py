@@ -48,7 +48,7 @@ def test_flags_on_a_real_broker(tmp_path):
         assert len(got) == 3
         # the control socket answers the API
         ctl = subprocess.run([sys.executable, "-m", "lavinmq.ctl", "--socket", str(sock), "-u", "admin",
-                              "-p", "s3cret", "-f", "json", "list_queues"],
+                              "--password", "s3cret", "-f", "json", "list_queues"],
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert ctl.returncode == 0, ctl.stderr
         assert q in ctl.stdout

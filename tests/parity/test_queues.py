@@ -31,7 +31,7 @@ def test_ctl_pause_and_resume_queue(broker):
     q = unique("q")
     ch.queue_declare(q)
     ch.basic_publish("", q, b"m")
-    ctl(broker, "pause_queue", q)
+    ctl(broker, "pause_queue", q, process=True)
     assert api(broker, "GET", f"/api/queues/%2F/{q}")[1]["state"] == "paused"
     got = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
@@ -89,8 +89,7 @@ def test_restart_reopens_a_closed_queue(small_segments):
     # the operator puts the segment back; the queue opens without a broker restart
     with open(seg, "wb") as f:
         f.write(good)
-    p = ctl(b, "restart_queue", name)
-    assert "Restarted" in p.stdout
+    assert ctl(b, "restart_queue", name).stdout == ""      # LavinMQ's lavinmqctl prints nothing
     q = api(b, "GET", f"/api/queues/%2F/{name}")[1]
     assert q["state"] == "running" and q["messages"] == 300
     # its binding came along: a publish through the exchange reaches it
@@ -132,15 +131,15 @@ def test_delayed_message_policy(tmp_path):
         assert ch.queue_declare("delayed.x.q", passive=True).method.message_count == 1
         # kept across a restart while still waiting
         sent = time.monotonic()
-        ch.basic_publish("delayed.x", "k", b"after restart", pika.BasicProperties(headers={"x-delay": 3000},
+        ch.basic_publish("delayed.x", "k", b"after restart", pika.BasicProperties(headers={"x-delay": 5000},
                                                                                  delivery_mode=2))
         conn.close()
         b.restart()
-        assert time.monotonic() - sent < 2.5, "the restart took too long for this check"
+        assert time.monotonic() - sent < 4.5, "the restart took too long for this check"
         conn = pika.BlockingConnection(pika.URLParameters(b.url))
         ch = conn.channel()
         assert ch.queue_declare("delayed.x.q", passive=True).method.message_count == 1
-        deadline = time.monotonic() + 6
+        deadline = time.monotonic() + 8
         while ch.queue_declare("delayed.x.q", passive=True).method.message_count < 2:
             assert time.monotonic() < deadline
             time.sleep(0.1)

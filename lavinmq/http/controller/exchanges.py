@@ -29,9 +29,12 @@ async def put_exchange(request):
     name = request.match_info["exchange"]
     check_user(request, "configure", vhost, name)
     existed = name in vhost.exchanges
+    arguments = typed(body, "arguments", dict, {})
+    if typed(body, "delayed", bool, False):     # LavinMQ's field (lavinmqctl create_exchange --delayed)
+        arguments = {**arguments, "x-delayed-exchange": True}
     vhost.declare_exchange(name, typed(body, "type", str), typed(body, "durable", bool, True),
                            typed(body, "auto_delete", bool, False), typed(body, "internal", bool, False),
-                           typed(body, "arguments", dict, {}))
+                           arguments)
     return created(existed)
 
 
