@@ -6,6 +6,7 @@ import logging
 import time
 
 from lavinmq import process
+from lavinmq._core.queue import tick_rough_clock
 
 log = logging.getLogger("lavinmq.server")
 
@@ -32,6 +33,7 @@ class Housekeeping:
         while True:
             await asyncio.sleep(INTERVAL)
             rounds += 1
+            tick_rough_clock()
             now = time.monotonic()
             wall_ms = int(time.time() * 1000)
             for conn in list(server.connections):

@@ -13,6 +13,7 @@ from lavinmq import tls
 from lavinmq.alarms import ResourceAlarms
 from lavinmq.auth.throttle import LoginThrottle
 from lavinmq.auth.users import UserStore
+from lavinmq.global_parameters import GlobalParameters
 from lavinmq.housekeeping import Housekeeping
 from lavinmq.listener import ConnectionGuard
 from lavinmq.protocols import ProtocolListeners
@@ -47,6 +48,7 @@ class Server:
         self.vhosts.load()
         from lavinmq.parameters import Parameters
         self.parameters = Parameters(self)      # shovels, federation: started with the listeners
+        self.global_parameters = GlobalParameters(self.data_dir)
         fsync_dir(os.path.dirname(os.path.abspath(self.data_dir)))    # the data dir's own name
 
     # what connections and the API read of the alarms

@@ -692,7 +692,7 @@ cdef class Channel:
             q.store.delete(sp)
             schedule_queue(q)
         else:
-            self.track(self.next_tag, sp, self.index_of(q), NO_CONSUMER, now_ms() if q.consumer_timeout else 0)
+            self.track(self.next_tag, sp, self.index_of(q), NO_CONSUMER, now_ms())
             q.add_unacked_from_get(sp.size)
         return True
 
@@ -719,6 +719,30 @@ cdef class Channel:
     @property
     def unacked_count(self):
         return self.unacked_total
+
+    def unacked_of(self, Queue q):
+        """[(delivery tag, consumer tag or None for basic.get, delivered
+        at ms or 0)] of q's messages this channel holds unacked: for the
+        API (LavinMQ's GET /api/queues/{vhost}/{name}/unacked), not the
+        message path."""
+        cdef Py_ssize_t i
+        cdef Unacked *u
+        cdef Consumer c
+        idx = self.queue_idx.get(q)
+        out = []
+        if idx is None:
+            return out
+        for i in range(self.u_head, self.u_tail):
+            u = &self.unacked[i]
+            if u.done or u.queue_idx != <uint32_t>idx:
+                continue
+            tag = None
+            if u.consumer_idx != NO_CONSUMER and u.consumer_idx < len(self.consumer_slots):
+                c = self.consumer_slots[u.consumer_idx]
+                if c is not None:
+                    tag = c.tag
+            out.append((u.tag, tag, u.delivered_at))
+        return out
 
 
 def bench_write_content(bytes rec, int n, uint32_t frame_max=131072):

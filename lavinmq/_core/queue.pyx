@@ -41,6 +41,16 @@ cdef int _dl_depth = 0
 # its own before inserting (an empty list is 56 bytes, 100,000 queues 5.6 MB)
 cdef list NO_CONSUMERS = []
 
+# LavinMQ's RoughTime: wall-clock ms, read once a second by the broker's
+# housekeeping. Deliveries are stamped with it (what the API's unacked
+# messages show); a queue that times its consumers stamps the exact time.
+cdef uint64_t rough_ms = now_ms()
+
+
+def tick_rough_clock():
+    global rough_ms
+    rough_ms = now_ms()
+
 # the redelivery copy with x-delivery-count is built here: one buffer, reused
 cdef WriteBuffer _count_buf = WriteBuffer()
 
@@ -420,7 +430,7 @@ cdef class Queue:
         cdef QueueExtras x = self.x
         cdef bint expiring = self.ext and (x.ttl >= 0 or x.msg_ttl)
         cdef bint limited = x is not None and x.delivery_limit >= 0
-        cdef uint64_t now = now_ms() if expiring or self.consumer_timeout else 0
+        cdef uint64_t now = now_ms() if expiring or self.consumer_timeout else rough_ms
         if self.paused:
             return 0
         while self.store.ready and budget > 0:

@@ -197,6 +197,14 @@ class AMQPChannel(CoreChannel):
             self.prefetch_consumer = prefetch_count
         self.send(60, 11)
 
+    def set_prefetch(self, prefetch):
+        """The management API sets the consumer prefetch (LavinMQ's PUT
+        /api/channels/{name}): its consumers take it at once."""
+        self.prefetch_consumer = prefetch
+        for c in self.consumers.values():
+            c.prefetch = prefetch
+            c.queue.notify()
+
     def basic_consume(self, args):
         _, queue, tag, no_local, no_ack, exclusive, nowait, arguments = args
         if queue == DIRECT_REPLY:

@@ -4,14 +4,16 @@ JSON shapes, one route module per resource in lavinmq/http/controller/
 from aiohttp import web
 
 from lavinmq.http.controller import (bindings, channels, connections, consumers, definitions, exchanges,
-                                     federation, health, logs, main, messages, nodes, parameters, permissions,
-                                     policies, prometheus, queues, shovels, ui, users, vhosts)
+                                     federation, global_parameters, health, logs, main, messages, nodes,
+                                     parameters, permissions, policies, prometheus, queues, shovels, ui, users,
+                                     vhosts)
 from lavinmq.http.middleware import errors_and_auth
 
 # registration order matters where paths overlap: /api/users/bulk-delete
 # before /api/users/{user}, ...
 CONTROLLERS = (main, health, nodes, connections, channels, consumers, vhosts, users, permissions, exchanges,
-               bindings, queues, parameters, shovels, federation, definitions, policies, messages, logs, ui)
+               bindings, queues, parameters, global_parameters, shovels, federation, definitions, policies,
+               messages, logs, ui)
 
 
 def build_app(server, open_access=False):

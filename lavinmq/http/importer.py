@@ -144,6 +144,7 @@ def import_definitions(server, body, only=None):
                 old = vp.store.get(component, name)
                 vp.set(component, name, value)
                 undo.append(lambda vp=vp, c=component, n=name, old=old: vp.restore(c, n, old))
+            _global_parameters(server, body, only, undo)
     except (KeyError, ValueError, TypeError, AMQPError) as exc:
         for action in reversed(undo):
             try:
@@ -212,6 +213,22 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
             v.bind_exchange(b["destination"], b["source"], rk, args)
             undo.append(lambda v=v, b=b, rk=rk, args=args: v.unbind_exchange(b["destination"], b["source"],
                                                                               rk, args))
+
+
+def _global_parameters(server, body, only, undo):
+    """RabbitMQ's and LavinMQ's global_parameters, kept (exports carry
+    cluster_name and internal_cluster_id among them)."""
+    params = body.get("global_parameters") or []
+    if only is not None or not params:
+        return
+    if not isinstance(params, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str)
+                                               and "value" in p for p in params):
+        raise ValueError("global_parameters must be a list of objects with a name and a value")
+    store = server.global_parameters
+    for p in params:
+        old = store.values.get(p["name"], undo)       # undo: a marker for "was not there"
+        store.set(p["name"], p["value"])
+        undo.append(lambda n=p["name"], old=old: store.delete(n) if old is undo else store.set(n, old))
 
 
 def _has_binding(v, source, destination, kind, rk, args):

@@ -2,6 +2,8 @@
 vhost raises), Basic auth by the broker's users, and the refusal of
 cross-site requests."""
 import logging
+import re
+import urllib.parse
 
 from aiohttp import web
 
@@ -16,6 +18,8 @@ _login_log = RateLimitedLog(log)
 # AMQP errors raised by the vhost's methods, as RabbitMQ's API answers them
 AMQP_STATUS = {404: 404, 403: 403, 405: 400, 406: 400, 530: 400}
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# LavinMQ's definitions upload takes a form's file (multipart/form-data)
+UPLOAD_PATH = re.compile(r"\A/api/definitions(/[^/]+)?/upload\Z")
 
 
 @web.middleware
@@ -61,7 +65,6 @@ def check_not_cross_site(request):
     page's origin in Origin (and Sec-Fetch-Site) on every such request."""
     origin = request.headers.get("Origin")
     if origin is not None:
-        import urllib.parse
         parts = urllib.parse.urlsplit(origin)
         if origin == "null" or parts.netloc.lower() != request.host.lower():
             raise HTTPError(403, f"cross-origin request from {origin} refused", "forbidden")
@@ -71,6 +74,13 @@ def check_not_cross_site(request):
     # a way a form could use: a browser names the Origin of those anyway)
     if request.method in ("POST", "PUT") and request.content_type != "application/json" and (
             request.body_exists or "Content-Type" in request.headers):
+        if request.content_type == "multipart/form-data" and UPLOAD_PATH.match(request.path):
+            # a form may post here: only from a page of ours (a browser names
+            # a foreign page in Origin, checked above, or in Referer)
+            referer = request.headers.get("Referer")
+            if referer is not None and urllib.parse.urlsplit(referer).netloc.lower() != request.host.lower():
+                raise HTTPError(403, "cross-site upload refused", "forbidden")
+            return
         raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
 
 

@@ -97,6 +97,13 @@ SCHEMAS = {
                           upstream=STR, vhost=STR, type={"enum": ["exchange", "queue"]}, resource=STR, uri=STR,
                           status={"enum": ["starting", "running", "error", "terminated"]}, error=NULLSTR,
                           timestamp=STR, message_count=INT, **{"consumer-tag": STR}),
+    "Unacked": obj(["delivery_tag", "consumer_tag", "unacked_for_seconds", "channel_name"],
+                   delivery_tag=INT, consumer_tag=STR, unacked_for_seconds={"type": ["integer", "null"]},
+                   channel_name=STR),
+    "GlobalParameter": obj(["name", "value"], name=STR, value={}, component={"type": "null"},
+                           vhost={"type": "null"}),
+    "GcStats": obj(["gc_no"], gc_no=INT, generations=array(OBJ), tracked_objects=array(INT), rss_bytes=INT,
+                   heap_size=INT, free_bytes=INT, in_use_bytes=INT),
     "Page": obj(["items", "page", "page_size", "page_count", "total_count", "filtered_count", "item_count"],
                 items=array(OBJ), page=INT, page_size=INT, page_count=INT, total_count=INT, filtered_count=INT,
                 item_count=INT),
@@ -107,7 +114,7 @@ LIST_PARAMS = [{"name": n, "in": "query", "required": False, "schema": s} for n,
     ("sort_reverse", BOOL), ("columns", STR))]
 
 
-def _op(summary, schema=None, status="200", params=(), body=None, listing=False, created=False):
+def _op(summary, schema=None, status="200", params=(), body=None, listing=False, created=False, media=None):
     responses = {"401": {"description": "not authenticated", "content": _json(ref("Error"))},
                  "403": {"description": "not allowed", "content": _json(ref("Error"))}}
     if created:
@@ -126,6 +133,12 @@ def _op(summary, schema=None, status="200", params=(), body=None, listing=False,
         op["parameters"] = (LIST_PARAMS if listing else []) + list(params)
     if body:
         op["requestBody"] = {"required": True, "content": _json(body)}
+    if media:       # a body that is not JSON (a form's file, an event stream)
+        where, kind, schema_ = media
+        if where == "request":
+            op.setdefault("requestBody", {"required": True, "content": {}})["content"][kind] = {"schema": schema_}
+        else:
+            op["responses"][status] = {"description": summary, "content": {kind: {"schema": schema_}}}
     return op
 
 
@@ -222,6 +235,40 @@ PATHS = {
     "/api/shovels/{vhost}/{name}/restart": {"put": _op("reconnect a shovel now")},
     "/api/federation-links": {"get": _op("federation links and their status", ref("FederationLink"),
                                          listing=True)},
+    # LavinMQ's routes
+    "/api/queues/{vhost}/{queue}/unacked": {"get": _op(
+        "the queue's messages delivered and not acked yet (LavinMQ)", ref("Unacked"), listing=True)},
+    "/api/channels/{channel}": {
+        "get": _op("a channel, with its consumers", ref("Channel")),
+        "put": _op("set the channel's consumer prefetch, for its consumers too (LavinMQ)",
+                   body=obj([], prefetch={"type": "integer", "minimum": 0, "maximum": 65535}))},
+    "/api/connections/username/{user}": {
+        "get": _op("a user's connections (LavinMQ)", ref("Connection"), listing=True),
+        "delete": _op("close every connection of a user; X-Reason header (LavinMQ)")},
+    "/api/global-parameters": {"get": _op("global parameters", ref("GlobalParameter"), listing=True)},
+    "/api/global-parameters/{parameter}": {
+        "get": _op("a global parameter", ref("GlobalParameter")),
+        "put": _op("set a global parameter", created=True, body=obj(["value"], value={})),
+        "delete": _op("clear a global parameter")},
+    "/api/auth/hash_password": {"put": _op(
+        "a password's rabbit_password_hashing_sha256 hash; nothing is stored (LavinMQ)",
+        obj(["password_hash"], password_hash=STR), body=obj(["password"], password=STR))},
+    "/api/users/without-permissions": {"get": _op("users with permissions in no vhost (LavinMQ)", ref("User"),
+                                                  listing=True)},
+    "/api/definitions/upload": {"post": _op(
+        "import definitions from a form's file part (or JSON); a same-site Referer is redirected back (LavinMQ)",
+        media=("request", "multipart/form-data", obj(["file"], file={"type": "string", "format": "binary"})))},
+    "/api/definitions/{vhost}/upload": {"post": _op(
+        "import a vhost's definitions from a form's file part (or JSON) (LavinMQ)",
+        media=("request", "multipart/form-data", obj(["file"], file={"type": "string", "format": "binary"})))},
+    "/api/livelog": {"get": _op(
+        "the log as server-sent events: id (ms) and data [severity, source, message]; the kept lines "
+        "first, then each new one; Last-Event-Id skips those seen (LavinMQ)",
+        media=("response", "text/event-stream", STR))},
+    "/api/nodes/gc_stats": {"get": _op("the garbage collector's and the heap's figures (LavinMQ)",
+                                       ref("GcStats"))},
+    "/api/nodes/gc_collect": {"post": _op("a full garbage collection, the freed heap given back (LavinMQ)")},
+    "/api/nodes/{node}/gc_collect": {"post": _op("the same, on this node by name (LavinMQ)")},
 }
 for _path, _ops in PATHS.items():
     for _op_ in _ops.values():

@@ -194,7 +194,10 @@ def definitions(server, only=None):
            "product_name": "LavinMQ", "product_version": lavinmq.__version__}
     if only is None:
         out["users"] = [user(u) for u in server.users.users.values()]      # tags as a list, as 3.10
-        out["global_parameters"] = [{"name": "cluster_name", "value": NODE}]
+        stored = getattr(server, "global_parameters", None)
+        stored = stored.values if stored is not None else {}
+        out["global_parameters"] = [{"name": "cluster_name", "value": NODE}] * ("cluster_name" not in stored) + \
+            [{"name": n, "value": v} for n, v in stored.items()]
         out["topic_permissions"] = []       # no topic permissions here
         out["vhosts"] = [{"name": v.name, "limits": v.limits, "metadata": {"description": "", "tags": []}}
                          for v in vhosts]

@@ -66,3 +66,42 @@ def test_stream_page_offsets_reader_and_cancel(ui, ui_broker):
     finally:
         conn.close()
         api(ui_broker, "DELETE", f"/api/queues/%2F/{name}")
+
+
+def test_nodes_unacked_and_docs_pages(ui, ui_broker):
+    name = unique("ui-unacked")
+    conn = pika.BlockingConnection(pika.URLParameters(ui_broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(name)
+        for i in range(3):
+            ch.basic_publish("", name, b"%d" % i)
+        ch.basic_qos(prefetch_count=2)
+        ch.basic_consume(name, lambda *a: None, consumer_tag="holder")
+        conn.process_data_events(0.3)
+        ui.login()
+        # the queue page's unacked count leads to LavinMQ's unacked page
+        ui.go(f"#/queue/%2F/{q(name)}", "#queue-stats .stat")
+        ui.page.click("#unacked-link")
+        ui.page.wait_for_selector("#unacked-table tbody tr")
+        rows = ui.page.locator("#unacked-table tbody tr")
+        rows.nth(1).wait_for()
+        assert rows.count() == 2 and all("holder" in t for t in rows.all_inner_texts())
+        ui.shot("unacked")
+        # the nodes page, with a garbage collection
+        ui.go("#/nodes", "#node-stats .stat")
+        assert stat_value(ui, "#node-stats", "Processors").isdigit()
+        assert "Version" in ui.page.inner_text("#node-details")
+        before = ui.page.inner_text("#node-gc")
+        ui.page.click("#gc-collect")
+        ui.page.locator(".toast", has_text="Garbage collected.").wait_for()
+        ui.page.wait_for_function("b => document.querySelector('#node-gc').innerText !== b", arg=before)
+        ui.shot("nodes")
+        # /docs, LavinMQ's API reference page
+        ui.page.goto(ui_broker.http_url + "/docs")
+        ui.page.wait_for_selector("section.api-op")
+        assert ui.page.locator("section.api-op").count() > 60
+        ui.shot("docs")
+    finally:
+        conn.close()
+        api(ui_broker, "DELETE", f"/api/queues/%2F/{name}")

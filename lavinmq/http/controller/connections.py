@@ -41,6 +41,30 @@ async def delete_connection(request):
     return web.Response(status=204)
 
 
+def _by_username(request):
+    name = request.match_info["username"]
+    return [c for c in visible_connections(request) if c.user is not None and c.user.name == name]
+
+
+async def connections_of_user(request):
+    """LavinMQ's GET /api/connections/username/{username}."""
+    require(request, MANAGEMENT)
+    return listing(request, [shapes.connection(c) for c in _by_username(request)])
+
+
+async def close_connections_of_user(request):
+    """LavinMQ's DELETE /api/connections/username/{username}: every
+    connection of that user (administrators, or the user itself)."""
+    require(request, MANAGEMENT)
+    user = request["user"]
+    if not user.is_administrator and request.match_info["username"] != user.name:
+        raise HTTPError(403, "Access refused.")
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    for conn in _by_username(request):
+        conn.close(320, f"CONNECTION_FORCED - {reason}")
+    return web.Response(status=204)
+
+
 async def connection_channels(request):
     require(request, MANAGEMENT)
     conn = _connection(request)
@@ -51,6 +75,9 @@ def add_routes(app):
     r = app.router
     r.add_get("/api/connections", list_connections)
     r.add_get("/api/vhosts/{vhost}/connections", list_connections)
+    # before /api/connections/{name}/channels: a user may be called "channels"
+    r.add_get("/api/connections/username/{username}", connections_of_user)
+    r.add_delete("/api/connections/username/{username}", close_connections_of_user)
     r.add_get("/api/connections/{name}", get_connection)
     r.add_delete("/api/connections/{name}", delete_connection)
     r.add_get("/api/connections/{name}/channels", connection_channels)

@@ -52,6 +52,26 @@ async def purge_queue(request):
     return web.Response(status=NO_CONTENT)
 
 
+async def queue_unacked(request):
+    """LavinMQ's GET /api/queues/{vhost}/{name}/unacked: the queue's
+    messages delivered and not yet acked, by channel and consumer."""
+    import time
+    require(request, MANAGEMENT)
+    vhost, q = queue_of(request)
+    now = time.time() * 1000
+    items = []
+    for conn in list(vhost.connections):
+        for ch in conn.open_channels():
+            unacked_of = getattr(ch, "unacked_of", None)
+            if unacked_of is None:
+                continue
+            for tag, consumer_tag, delivered_at in unacked_of(q):
+                items.append({"delivery_tag": tag, "consumer_tag": consumer_tag or "Basic get",
+                              "unacked_for_seconds": int((now - delivered_at) // 1000) if delivered_at else None,
+                              "channel_name": f"{conn.name} ({ch.id})"})
+    return listing(request, items)
+
+
 async def pause_queue(request):
     """LavinMQ's PUT /api/queues/{vhost}/{name}/pause, /resume and /restart
     (a closed queue opened again from its files)."""
@@ -75,4 +95,5 @@ def add_routes(app):
     r.add_get("/api/queues/{vhost}", list_queues)
     r.add_route("*", "/api/queues/{vhost}/{queue}", methods(get_queue, put_queue, delete_queue))
     r.add_delete("/api/queues/{vhost}/{queue}/contents", purge_queue)
+    r.add_get("/api/queues/{vhost}/{queue}/unacked", queue_unacked)
     r.add_put("/api/queues/{vhost}/{queue}/{action:pause|resume|restart}", pause_queue)

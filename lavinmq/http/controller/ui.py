@@ -35,8 +35,28 @@ async def security_headers(request, response):
         response.headers.setdefault("Cache-Control", "no-cache")
 
 
+_DOCS = None
+
+
+async def docs(request):
+    """The API reference (LavinMQ serves one at /docs), from the OpenAPI
+    document; public, as LavinMQ's."""
+    global _DOCS
+    if _DOCS is None:
+        from lavinmq.http.apidocs import render
+        _DOCS = render()
+    return web.Response(text=_DOCS, content_type="text/html", charset="utf-8")
+
+
+async def docs_document(request):
+    from lavinmq.http.openapi import DOCUMENT
+    return web.json_response(DOCUMENT)
+
+
 def add_routes(app):
     app.router.add_get("/", index)
+    app.router.add_get("/docs", docs)
+    app.router.add_get("/docs/openapi.json", docs_document)
     if os.path.isdir(STATIC):
         app.router.add_static("/static/", STATIC, follow_symlinks=False, show_index=False)
     app.on_response_prepare.append(security_headers)

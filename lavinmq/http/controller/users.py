@@ -66,8 +66,29 @@ async def bulk_delete_users(request):
     return web.Response(status=NO_CONTENT)
 
 
+async def users_without_permissions(request):
+    """LavinMQ's: users with permissions in no vhost."""
+    require(request, ADMIN)
+    return listing(request, [shapes.user(u) for u in request.app["server"].users.users.values()
+                             if not u.permissions])
+
+
+async def hash_password_route(request):
+    """LavinMQ's PUT /api/auth/hash_password: {"password"} -> {"password_hash"}
+    (rabbit_password_hashing_sha256), for definitions files and
+    default_password_hash. Any signed-in user may ask: nothing is stored."""
+    body = await body_json(request)
+    password = body.get("password")
+    if not isinstance(password, str):
+        raise HTTPError(400, "Field 'password' is required")
+    from lavinmq.auth.password import hash_password
+    return web.json_response({"password_hash": hash_password(password)})
+
+
 def add_routes(app):
     r = app.router
     r.add_get("/api/users", list_users)
+    r.add_get("/api/users/without-permissions", users_without_permissions)
+    r.add_put("/api/auth/hash_password", hash_password_route)
     r.add_post("/api/users/bulk-delete", bulk_delete_users)
     r.add_route("*", "/api/users/{user}", methods(get_user, put_user, delete_user))

@@ -16,6 +16,8 @@ const PAGES = {
   queues: () => import('./pages/queues.js'),
   queue: () => import('./pages/queue.js'),
   stream: () => import('./pages/stream.js'),
+  unacked: () => import('./pages/unacked.js'),
+  nodes: () => import('./pages/nodes.js'),
   users: () => import('./pages/users.js'),
   user: () => import('./pages/user.js'),
   vhosts: () => import('./pages/vhosts.js'),
@@ -167,7 +169,7 @@ async function render () {
   for (const a of shell.nav.querySelectorAll('a')) {
     const r = a.dataset.route
     a.classList.toggle('active', r === name || (name === '' && r === 'overview') || (name && r === name + 's') ||
-      (name === 'stream' && r === 'queues') ||
+      ((name === 'stream' || name === 'unacked') && r === 'queues') ||
       (name === 'operator-policies' && r === name))
   }
   const loader = PAGES[name]

@@ -2,15 +2,22 @@
 // cluster's leader shows itself and its followers, whether each is in the
 // in-sync replica set (ISR: the nodes that may take over without losing a
 // confirmed message) and how many bytes of replication it has not
-// acknowledged yet.
-import { h, clear, card, fmtBytes, fmtDuration, fmtNumber, badge } from '../dom.js'
-import { get } from '../api.js'
+// acknowledged yet. Then this node's resources (memory and its alarm, file
+// descriptors, disk and its alarm), version, and for administrators the
+// garbage collector's figures and a collection.
+import { h, clear, card, stat, props, fmtBytes, fmtDuration, fmtNumber, badge, toast } from '../dom.js'
+import { get, post, hasTag } from '../api.js'
 
 function cell (v) { return h('td', null, v === null || v === undefined ? '–' : v) }
 
 export async function render ({ main }) {
   const tbody = h('tbody')
   const summary = h('p', { class: 'muted' })
+  const stats = h('div', { class: 'stats', id: 'node-stats' })
+  const details = h('div', { id: 'node-details' })
+  const gc = h('div', { id: 'node-gc' })
+  const admin = hasTag('administrator')
+
   async function refresh () {
     const nodes = await get('api/nodes')
     const leader = nodes[0]
@@ -27,11 +34,36 @@ export async function render ({ main }) {
       h('td', { class: 'num' }, n.uptime ? fmtDuration(n.uptime) : '–'),
       h('td', { class: 'num' }, n.mem_used ? fmtBytes(n.mem_used) : '–'),
       h('td', { class: 'num' }, n.fd_used !== undefined ? fmtNumber(n.fd_used) : '–'))))
+    // this node
+    const alarm = (on) => on ? ' (alarm)' : ''
+    clear(stats, stat('Uptime', fmtDuration(leader.uptime)), stat('Memory', fmtBytes(leader.mem_used) + alarm(leader.mem_alarm)),
+      stat('File descriptors', `${fmtNumber(leader.fd_used)} / ${fmtNumber(leader.fd_total)}`),
+      stat('Disk free', fmtBytes(leader.disk_free) + alarm(leader.disk_free_alarm)), stat('Processors', fmtNumber(leader.processors)))
+    const app = (leader.applications || [])[0] || {}
+    clear(details, props([['Name', leader.name], ['Version', app.version], ['Process id', leader.os_pid],
+      ['Memory limit', leader.mem_limit ? fmtBytes(leader.mem_limit) : undefined],
+      ['Disk free limit', fmtBytes(leader.disk_free_limit)]]))
+    if (admin) {
+      const g = await get('api/nodes/gc_stats')
+      clear(gc, props([['Collections', fmtNumber(g.gc_no)], ['Heap', g.heap_size !== undefined ? fmtBytes(g.heap_size) : undefined],
+        ['Heap free', g.free_bytes !== undefined ? fmtBytes(g.free_bytes) : undefined], ['Resident', fmtBytes(g.rss_bytes)],
+        ['Tracked objects per generation', (g.tracked_objects || []).map(fmtNumber).join(' / ')]]))
+    }
   }
-  clear(main, h('h1', null, 'Nodes'),
+  const parts = [h('h1', null, 'Nodes'),
     card(null, summary, h('div', { class: 'table-wrap' }, h('table', { id: 'nodes-table' },
       h('thead', null, h('tr', null, ['Node', 'Role', 'URI', 'ISR', 'State', 'Lag', 'Uptime', 'Memory', 'File descriptors']
-        .map((t, i) => h('th', { class: i >= 5 ? 'num' : null }, t)))), tbody))))
+        .map((t, i) => h('th', { class: i >= 5 ? 'num' : null }, t)))), tbody))),
+    h('h2', null, 'This node'), stats, card('Details', details)]
+  if (admin) {
+    parts.push(card('Garbage collection', gc, h('div', { class: 'actions' }, h('button', {
+      class: 'secondary', id: 'gc-collect',
+      onclick: async () => {
+        try { await post('api/nodes/gc_collect'); toast('Garbage collected.'); await refresh() } catch (e) { toast(e.message, 'error') }
+      }
+    }, 'Collect garbage'))))
+  }
+  clear(main, ...parts)
   await refresh()
   return { refresh }
 }

@@ -137,7 +137,8 @@ export async function render ({ main, params, navigate }) {
       const [q, bs] = await Promise.all([get(`${base}?${historyQuery()}`), get(`${base}/bindings`)])
       if (q.type === 'stream') return navigate(`#/stream/${enc(vhost)}/${enc(name)}`)   // its own page, as LavinMQ's
       clear(stats, stat('State', stateBadge(q.state)), stat('Ready', fmtNumber(q.messages_ready)),
-        stat('Unacked', fmtNumber(q.messages_unacknowledged)), stat('Total', fmtNumber(q.messages)),
+        stat('Unacked', h('a', { href: `#/unacked/${enc(vhost)}/${enc(name)}`, id: 'unacked-link' }, fmtNumber(q.messages_unacknowledged))),
+        stat('Total', fmtNumber(q.messages)),
         stat('Consumers', fmtNumber(q.consumers)),
         q.stream ? stat('Size', fmtBytes(q.stream.message_bytes)) : stat('Ready bytes', fmtBytes(q.message_bytes_ready)),
         stat('Publish', fmtRate((q.message_stats || {}).publish_details)),
