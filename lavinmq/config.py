@@ -110,6 +110,11 @@ class Config:
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
     mqtt_permission_check_enabled: bool = False
     mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    # UNIX sockets (LavinMQ's [amqp] / [mgmt] unix_path), PROXY protocol on the AMQP port
+    amqp_unix_path: str = ""
+    http_unix_path: str = ""
+    tcp_proxy_protocol: bool = False
+    proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -251,6 +256,10 @@ OPTIONS = {
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
                                         choices=("none", "username")),
+    "amqp_unix_path": Option("str", (("amqp", "unix_path"),)),
+    "http_unix_path": Option("str", (("mgmt", "unix_path"),)),
+    "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
+    "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -271,8 +280,8 @@ HARMLESS_KEYS = {
 # "0", empty): a broker must not silently lack what its ini asks for.
 UNSUPPORTED_KEYS = {
     "main": {"tls_keylog_file", "auth_backends"},
-    "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources", "amqp_systemd_socket_name"},
-    "mgmt": {"unix_path", "http_systemd_socket_name"},
+    "amqp": {"amqp_systemd_socket_name"},
+    "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
 }
 UNSUPPORTED_SECTIONS = {"oauth", "experimental"}
@@ -312,6 +321,14 @@ def convert(field, raw, where):
         raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
     if opt.kind == "level":
         return raw.lower()
+    if opt.kind == "proxy":
+        # LavinMQ: true (or 1, yes, on) or 2 turn it on; the header's version is read from it
+        low = raw.lower()
+        if low in ("true", "yes", "on", "y", "1", "2"):
+            return True
+        if low in ("false", "no", "off", "n", "0", ""):
+            return False
+        raise ConfigError(f"{where}: {raw!r} is not true, false, 1 or 2")
     if field == "default_consistent_hash_algorithm":
         # Crystal's enum parse, as LavinMQ reads it: case and underscores aside
         return raw.replace("_", "").lower()
@@ -338,6 +355,15 @@ def check(field, value, where):
     elif opt.kind == "level":
         if value not in LOG_LEVELS:
             raise ConfigError(f"{where}: unknown log level {value!r} (one of {', '.join(LOG_LEVELS)})")
+    elif opt.kind == "proxy":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {value!r} is not a boolean")
+    elif opt.kind == "cidrs":
+        from lavinmq.proxy_protocol import parse_trusted
+        try:
+            parse_trusted(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     elif opt.kind == "choice":
         if value not in opt.choices:
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(opt.choices)}")
@@ -438,6 +464,7 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "clustering_lease_ttl": "--clustering-lease-ttl",
               "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port",
               "pidfile": "--pidfile", "control_unix_path": "--control-unix-path",
+              "amqp_unix_path": "--amqp-unix-path", "http_unix_path": "--http-unix-path",
               "default_consumer_prefetch": "--default-consumer-prefetch"}
 # LavinMQ's deprecated flags it still accepts: (dest, the flag, what replaces it)
 DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-password-hash"),
@@ -524,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ciphers", dest="tls_ciphers", metavar="CIPHERS", help="OpenSSL cipher list to allow")
     p.add_argument("--tls-min-version", dest="tls_min_version", metavar="VERSION",
                    help="minimum TLS version: 1.0, 1.1, 1.2 or 1.3 (default 1.2)")
+    p.add_argument("--amqp-unix-path", dest="amqp_unix_path", metavar="PATH",
+                   help="AMQP on this UNIX socket too ([amqp] unix_path)")
+    p.add_argument("--http-unix-path", dest="http_unix_path", metavar="PATH",
+                   help="the management API on this UNIX socket too ([mgmt] unix_path)")
     p.add_argument("--pidfile", dest="pidfile", metavar="FILE",
                    help="write the process id to FILE at start; removed at a clean stop")
     p.add_argument("--control-unix-path", dest="control_unix_path", metavar="PATH",

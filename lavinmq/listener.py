@@ -10,13 +10,17 @@ Every TCP listener (AMQP, AMQPS, HTTP, HTTPS, metrics) accepts through
 - on EMFILE/ENFILE (descriptors exhausted anyway, e.g. by other files)
   stops accepting for a moment and tries again, instead of letting the
   event loop close the listener for good (uvloop does that);
-- turns "address already in use" into one line naming the setting.
+- turns "address already in use" into one line naming the setting;
+- serves UNIX sockets too (`bind_unix`), and reads a PROXY protocol header
+  (lavinmq.proxy_protocol) where one is allowed, before the per-address
+  cap judges the client it names.
 
 The accept loop is Python, once per connection, as asyncio's own is.
 """
 import asyncio
 import errno
 import logging
+import os
 import resource
 import socket
 import struct
@@ -108,8 +112,10 @@ class ConnectionGuard:
         self._log = RateLimitedLog(log)
 
     def admit(self, address):
-        """-> Ticket, or None when a cap is reached (the caller closes the socket)."""
-        n = self.by_address.get(address, 0)
+        """-> Ticket, or None when a cap is reached (the caller closes the
+        socket). address None: the total cap only, for now (the client's
+        address comes later: `assign`)."""
+        n = self.by_address.get(address, 0) if address is not None else 0
         if self.total >= self.max_total:
             self.refused += 1
             self._log("connection from %s refused: %d connections open, the limit (max_connections)",
@@ -121,11 +127,29 @@ class ConnectionGuard:
                       "(max_connections_per_address)", address, n)
             return None
         self.total += 1
-        self.by_address[address] = n + 1
+        if address is not None:
+            self.by_address[address] = n + 1
         return Ticket(self, address)
+
+    def assign(self, ticket, address):
+        """A ticket admitted without an address gets one (the client a PROXY
+        header names): -> False, and the ticket given back, when that address
+        is at its cap."""
+        n = self.by_address.get(address, 0)
+        if n >= self.max_per_address:
+            self.refused += 1
+            self._log("connection from %s refused: %d connections open from that address, the limit "
+                      "(max_connections_per_address)", address, n)
+            ticket.release()
+            return False
+        self.by_address[address] = n + 1
+        ticket.address = address
+        return True
 
     def _release(self, address):
         self.total -= 1
+        if address is None:
+            return
         n = self.by_address.get(address, 0) - 1
         if n > 0:
             self.by_address[address] = n
@@ -196,19 +220,59 @@ def listen_on(socks, port, what, setting):
     return socks
 
 
+def bind_unix(path, what, setting, mode=0o666):
+    """A listening UNIX socket at path (LavinMQ's unix_path: open to every
+    local user, who still has to log in). A stale socket file is replaced;
+    one that a live process answers on is an error."""
+    if os.path.exists(path):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1)
+            probe.connect(path)
+        except OSError:
+            pass
+        else:
+            raise ListenError(f"{what} {path} ({setting}) is in use by another process")
+        finally:
+            probe.close()
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            raise ListenError(f"{what} {path} ({setting}): cannot replace it: {exc.strerror}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, mode)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"{what} {path} ({setting}) cannot be opened: {exc.strerror}") from None
+    return [sock]
+
+
 class Listener:
     """Accepts on the given sockets and hands each admitted connection to
     `protocol_factory()` (through the loop's connect_accepted_socket, with
     TLS when ssl_context is set). The protocol gets `ticket` and must call
-    `ticket.release()` in connection_lost."""
+    `ticket.release()` in connection_lost; it also gets `client_address`
+    ((host, port) that a PROXY header named, else None) and `local_socket`
+    (True on a UNIX socket: a local client, as loopback).
 
-    def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0):
+    proxy: None (no PROXY headers), or the trusted source networks (an
+    empty list trusts everyone). An AMQP UNIX socket always accepts a
+    header (LavinMQ's), unless unix_proxy is False (HTTP)."""
+
+    def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0,
+                 proxy=None, unix_proxy=True):
         self.socks = socks
         self.factory = protocol_factory
         self.guard = guard
         self.name = name
         self.ssl = ssl_context
         self.handshake_timeout = handshake_timeout
+        self.unix = bool(socks) and _is_unix(socks[0])
+        self.proxy = proxy if proxy is not None or not (self.unix and unix_proxy) else []
         self.loop = None
         self.paused = False
         self.closed = False
@@ -217,14 +281,21 @@ class Listener:
 
     @property
     def addresses(self):
-        return [s.getsockname()[:2] for s in self.socks]
+        return [s.getsockname()[:2] for s in self.socks if not _is_unix(s)]
+
+    @property
+    def paths(self):
+        return [s.getsockname() for s in self.socks if _is_unix(s)]
 
     def start(self):
         self.loop = asyncio.get_running_loop()
         for sock in self.socks:
             self.loop.add_reader(sock.fileno(), self._accept, sock)
         for host, port in self.addresses:
-            log.info("%s listening on %s:%d", self.name, host, port)
+            log.info("%s listening on %s:%d%s", self.name, host, port,
+                     " (PROXY protocol)" if self.proxy is not None else "")
+        for path in self.paths:
+            log.info("%s listening on %s", self.name, path)
 
     def _accept(self, sock):
         for _ in range(ACCEPTS_PER_WAKEUP):
@@ -241,21 +312,63 @@ class Listener:
                 self._log("%s: accept failed: %s", self.name, exc)
                 return
             host = addr[0] if isinstance(addr, tuple) else ""
-            ticket = self.guard.admit(host)
+            # behind a balancer (or a local socket) the client is known only
+            # once its PROXY header is read: its address counts from then
+            ticket = self.guard.admit(None if self.proxy is not None else host)
             if ticket is None:
                 _close_now(conn)
                 continue
             conn.setblocking(False)
             if conn.family in (socket.AF_INET, socket.AF_INET6):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = self.loop.create_task(self._connect(conn, ticket))
+            task = self.loop.create_task(self._connect(conn, ticket, host))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def _connect(self, conn, ticket):
+    async def _client(self, conn, ticket, host):
+        """The client a PROXY header names (None: the socket's peer); False
+        when the connection is to be dropped (its ticket given back)."""
+        from lavinmq import proxy_protocol as pp
+        try:
+            client = await pp.read_header(self.loop, conn, self.handshake_timeout)
+        except (pp.ProxyError, TimeoutError, OSError) as exc:
+            log.info("%s: connection from %s dropped: %s", self.name, host or "a local socket",
+                     exc or type(exc).__name__)
+            ticket.release()
+            return False
+        except asyncio.CancelledError:      # the listener closed meanwhile
+            ticket.release()
+            raise
+        except Exception:       # nothing a client sends may leave a task failing
+            log.exception("%s: reading the PROXY header of a connection from %s failed", self.name, host)
+            ticket.release()
+            return False
+        if client is not None and not self.unix and not pp.trusted(self.proxy, host):
+            self._log("%s: PROXY header from untrusted source %s ignored (proxy_protocol_trusted_sources)",
+                      self.name, host)
+            client = None
+        if not self.unix or client is not None:
+            if not self.guard.assign(ticket, client[0] if client is not None else host):
+                return False
+        return client
+
+    async def _connect(self, conn, ticket, host=""):
+        client = None
+        if self.proxy is not None:
+            try:
+                client = await self._client(conn, ticket, host)
+            except asyncio.CancelledError:
+                _close_now(conn)
+                raise
+            if client is False:
+                _close_now(conn)
+                return
+
         def factory():
             protocol = self.factory()
             protocol.ticket = ticket
+            protocol.client_address = client
+            protocol.local_socket = self.unix and client is None
             return protocol
         try:
             if self.ssl is None:
@@ -301,6 +414,10 @@ class Listener:
             sock.close()
         for task in list(self.tasks):
             task.cancel()
+
+
+def _is_unix(sock):
+    return getattr(sock, "family", None) == socket.AF_UNIX
 
 
 def _close_now(conn):

@@ -3,8 +3,13 @@ AMQPS, MQTT and MQTTS (lavinmq/mqtt; AMQP and MQTT over WebSocket are on
 the HTTP listeners, lavinmq/websocket). A new protocol adds its listeners here (a factory for its
 connection objects, its ports from the config), beside the others; all of
 them share the connection caps (ConnectionGuard) and the TLS context."""
+import logging
+
 from lavinmq.amqp.connection import AMQPConnection
-from lavinmq.listener import Listener, bind_sockets
+from lavinmq.listener import Listener, bind_sockets, bind_unix
+from lavinmq.proxy_protocol import parse_trusted
+
+log = logging.getLogger("lavinmq.server")
 
 
 class ProtocolListeners:
@@ -18,18 +23,32 @@ class ProtocolListeners:
         # MQTT before AMQP: once the AMQP port answers, every listener does
         from lavinmq.mqtt.listener import start_listeners
         start_listeners(self)
+        # LavinMQ's tcp_proxy_protocol: the plain AMQP port takes PROXY headers
+        proxy = None
+        if cfg.tcp_proxy_protocol:
+            proxy = parse_trusted(cfg.proxy_protocol_trusted_sources)
+            if not proxy:
+                log.warning("PROXY protocol enabled without trusted sources configured - accepting from all "
+                            "sources ([amqp] proxy_protocol_trusted_sources)")
         if cfg.amqp_port:
-            self.listen(cfg.amqp_bind, cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", new_amqp)
+            self.listen(cfg.amqp_bind, cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", new_amqp,
+                        proxy=proxy)
+        if cfg.amqp_unix_path:
+            self.add(Listener(bind_unix(cfg.amqp_unix_path, "AMQP socket", "--amqp-unix-path / [amqp] unix_path"),
+                              new_amqp, self.server.guard, "AMQP",
+                              handshake_timeout=cfg.handshake_timeout))
         if cfg.amqps_port and self.server.tls_context is not None:
             self.listen(cfg.amqp_bind, cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", new_amqp,
                         self.server.tls_context)
 
-    def listen(self, bind, port, what, setting, factory, ssl_context=None):
+    def listen(self, bind, port, what, setting, factory, ssl_context=None, proxy=None):
         """what: "AMQP port" (the log names the protocol by its first word);
         setting: the flag and ini key, named when the port is busy."""
         socks = bind_sockets(bind, port, what, setting)
-        listener = Listener(socks, factory, self.server.guard, what.rsplit(" ", 1)[0], ssl_context,
-                            handshake_timeout=self.server.config.handshake_timeout)
+        return self.add(Listener(socks, factory, self.server.guard, what.rsplit(" ", 1)[0], ssl_context,
+                                 handshake_timeout=self.server.config.handshake_timeout, proxy=proxy))
+
+    def add(self, listener):
         listener.start()
         self.listeners.append(listener)
         return listener
@@ -40,5 +59,12 @@ class ProtocolListeners:
                 listener.ssl = ctx
 
     def close(self):
+        import os
         for listener in self.listeners:
+            paths = listener.paths
             listener.close()
+            for path in paths:      # a clean stop leaves no socket file behind
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass

@@ -211,8 +211,7 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
 
 
 @pytest.mark.parametrize("section,key,value", [
-    ("amqp", "tcp_proxy_protocol", "true"),
-    ("amqp", "unix_path", "/run/lavinmq.sock"),
+    ("amqp", "amqp_systemd_socket_name", "lavinmq-amqp.socket"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
     ("mqtt", "unix_path", "/run/lavinmq-mqtt.sock"),
     ("main", "tls_keylog_file", "/tmp/keys"),

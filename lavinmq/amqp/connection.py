@@ -2,6 +2,7 @@
 handling. Frames are parsed by `_core.connection.CoreConnection`; this class
 gets each non-publish method once, already decoded."""
 import asyncio
+import itertools
 import logging
 import platform
 import time
@@ -42,7 +43,22 @@ CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
 LINGER_AFTER_CLOSE_OK = 1.0
 
 
+_unix_clients = itertools.count(1)
+
+
+def _next_unix_client():
+    return next(_unix_clients)
+
+
 class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
+    client_address = None       # set by the listener: (host, port) from a PROXY header
+    local_socket = False        # set by the listener: a UNIX socket client (counts as loopback)
+
+    def from_loopback(self, address):
+        """Loopback-only users may log in: from loopback, or over a UNIX
+        socket (LavinMQ's rule), judged by the PROXY header's address if any."""
+        return (self.local_socket and self.client_address is None) or is_loopback_address(address)
+
 
     def __init__(self, server):
         self.server = server
@@ -69,8 +85,16 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def connection_made(self, transport):
         self.transport = transport
-        peer = transport.get_extra_info("peername") or ("?", 0)
         local = transport.get_extra_info("sockname") or ("?", 0)
+        if isinstance(local, str):      # a UNIX socket: its path
+            local = (local, 0)
+        # the listener's word on who the client is: a PROXY header's address,
+        # or a local (UNIX socket) client, numbered to keep names apart
+        peer = getattr(self, "client_address", None)
+        if peer is None and getattr(self, "local_socket", False):
+            peer = ("unix", _next_unix_client())
+        if peer is None:
+            peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = peer
         self.local = local
         self.connected_at = int(time.time() * 1000)
@@ -251,7 +275,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                        address)
         else:
             user = self.server.users.authenticate(username, password) if username is not None else None
-            if user is not None and user.loopback_only and not is_loopback_address(address):
+            if user is not None and user.loopback_only and not self.from_loopback(address):
                 _login_log("user %s may only connect from loopback, refused from %s", username, address)
                 user = None
             elif user is None:

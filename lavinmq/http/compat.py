@@ -201,6 +201,10 @@ def listeners(server):
     if cfg.http_port:
         out.append({"node": _node(), "protocol": "http", "ip_address": cfg.http_bind, "port": cfg.http_port,
                     "socket_opts": {"ip": cfg.http_bind, "port": cfg.http_port}})
+    # UNIX sockets, as LavinMQ lists them
+    for protocol, path in (("amqp", getattr(cfg, "amqp_unix_path", "")), ("http", getattr(cfg, "http_unix_path", ""))):
+        if path:
+            out.append({"node": _node(), "protocol": protocol, "path": path})
     return out
 
 

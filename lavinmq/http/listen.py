@@ -16,7 +16,7 @@ import socket
 
 from aiohttp.web_protocol import RequestHandler
 
-from lavinmq.listener import Listener, ListenError, bind_sockets
+from lavinmq.listener import Listener, ListenError, bind_sockets, bind_unix
 
 log = logging.getLogger("lavinmq.http")
 
@@ -46,6 +46,16 @@ def tcp_listener(runner, guard, host, port, what, setting, read_timeout, ssl_con
     socks = bind_sockets(host, port, what, setting)
     listener = Listener(socks, handler_factory(runner, read_timeout), guard, what.rsplit(" ", 1)[0],
                         ssl_context, handshake_timeout=read_timeout)
+    listener.start()
+    return listener
+
+
+def unix_listener(runner, guard, path, read_timeout):
+    """LavinMQ's [mgmt] unix_path: the management API on a UNIX socket, open
+    to local users (Basic auth still applies), under the connection caps."""
+    socks = bind_unix(path, "HTTP socket", "--http-unix-path / [mgmt] unix_path")
+    listener = Listener(socks, handler_factory(runner, read_timeout), guard, "HTTP",
+                        handshake_timeout=read_timeout, unix_proxy=False)
     listener.start()
     return listener
 

@@ -35,6 +35,8 @@ class HTTPServer:
             self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.https_port, "HTTPS port",
                                                       "--https-port / [mgmt] tls_port", timeout,
                                                       self.server.tls_context))
+        if cfg.http_unix_path:
+            self.listeners.append(listen.unix_listener(mgmt, guard, cfg.http_unix_path, timeout))
         path = self.control_path
         control = await self._runner(build_app(self.server))
         self.unix_servers.append(await listen.unix_server(control, path, timeout))
@@ -63,7 +65,13 @@ class HTTPServer:
     async def stop(self):
         self.sampler.stop()
         for listener in self.listeners:
+            paths = listener.paths
             listener.close()
+            for p in paths:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
         for server in self.unix_servers:
             server.close()
         for runner in self.runners:
