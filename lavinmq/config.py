@@ -110,6 +110,9 @@ class Config:
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
     mqtt_permission_check_enabled: bool = False
     mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
+    # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
+    sni_hosts: dict = dataclasses.field(default_factory=dict)
     # UNIX sockets (LavinMQ's [amqp] / [mgmt] unix_path), PROXY protocol on the AMQP port
     amqp_unix_path: str = ""
     http_unix_path: str = ""
@@ -256,6 +259,7 @@ OPTIONS = {
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
                                         choices=("none", "username")),
+    "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
     "amqp_unix_path": Option("str", (("amqp", "unix_path"),)),
     "http_unix_path": Option("str", (("mgmt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
@@ -279,7 +283,7 @@ HARMLESS_KEYS = {
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
 UNSUPPORTED_KEYS = {
-    "main": {"tls_keylog_file", "auth_backends"},
+    "main": {"auth_backends"},
     "amqp": {"amqp_systemd_socket_name"},
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
@@ -396,7 +400,9 @@ def apply_ini(config, path):
             config.warnings.append(f"{path}: section [http] is deprecated, use [mgmt]")
         name = "mgmt" if section == "http" else section
         if name.startswith("sni:"):
-            raise ConfigError(f"{path}: [{section}]: per-hostname TLS settings are not supported")
+            from lavinmq import sni
+            sni.parse_section(config, name[4:], parser.items(section), path)
+            continue
         if name not in HARMLESS_KEYS and name not in UNSUPPORTED_SECTIONS:
             raise ConfigError(f"{path}: [{section}]: unknown section")
         for key, raw in parser.items(section):

@@ -1,6 +1,6 @@
 """SIGHUP (`systemctl reload lavinmq`): the settings that can change while
 the broker runs are read again — the resource limits and the TLS
-certificate. A file that does not load leaves the running settings."""
+certificates ([main] and the [sni:host] sections). A file that does not load leaves the running settings."""
 import logging
 
 from lavinmq import tls
@@ -32,14 +32,17 @@ def _reload_tls(server, fresh):
         log.warning("disabling TLS requires a restart; the certificate in use stays")
         return
     try:
-        ctx = tls.new_context(fresh)
+        ctx = tls.new_context(fresh, "amqp")
+        http_ctx = tls.new_context(fresh, "http")
     except Exception as exc:
         log.error("TLS reload failed, the certificate in use stays: %s", exc)
         return
-    for name in ("tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_verify_peer", "tls_ca_cert"):
+    for name in ("tls_cert", "tls_key", "tls_ciphers", "tls_min_version", "tls_verify_peer", "tls_ca_cert",
+                 "tls_keylog_file", "sni_hosts"):
         setattr(server.config, name, getattr(fresh, name))
     server.tls_context = ctx
+    server.http_tls_context = http_ctx
     server.protocols.set_tls_context(ctx)
     if server.http:
-        server.http.set_tls_context(ctx)
+        server.http.set_tls_context(http_ctx)
     log.info("TLS certificate reloaded from %s", fresh.tls_cert)

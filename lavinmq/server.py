@@ -41,7 +41,9 @@ class Server:
         self.mqtt = Brokers(self)       # MQTT sessions' state and retained messages, per vhost
         self.guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
         # built before anything opens: a bad certificate stops the start naming the setting
-        self.tls_context = tls.new_context(config) if tls.enabled(config) else None
+        self.tls_context = tls.new_context(config, "amqp") if tls.enabled(config) else None
+        # HTTPS's own: [sni:host] sections may give it other certificates (http_tls_*)
+        self.http_tls_context = tls.new_context(config, "http") if tls.enabled(config) else None
         self.vhosts = VHostStore(config, self.syncer)
         from lavinmq._core import segment
         segment.on_map_pressure(self.vhosts.unmap_idle)

@@ -22,11 +22,17 @@ def enabled(config):
     return bool(config.tls_cert)
 
 
-def new_context(config):
+def new_context(config, protocol="amqp", sni=True):
+    """The server context of one protocol's TLS listeners (amqp, http): the
+    [main] settings, and the [sni:host] sections' contexts for clients that
+    name a host (lavinmq.sni)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     # no client-initiated renegotiation, as LavinMQ
     ctx.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)
     configure(ctx, config)
+    if sni:
+        from lavinmq import sni as sni_hosts
+        sni_hosts.install(ctx, config, protocol)
     return ctx
 
 
@@ -50,6 +56,14 @@ def configure(ctx, config):
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(f"tls_cert {config.tls_cert} / tls_key {config.tls_key or '(in tls_cert)'}: "
                           f"cannot load: {exc}") from None
+    # TLS session keys for Wireshark (LavinMQ's tls_keylog_file, else $SSLKEYLOGFILE)
+    keylog = getattr(config, "tls_keylog_file", None) or os.environ.get("SSLKEYLOGFILE")
+    if keylog:
+        try:
+            ctx.keylog_filename = keylog
+        except OSError as exc:
+            raise ConfigError(f"tls_keylog_file {keylog}: {exc.strerror}") from None
+        log.warning("TLS session keys are written to %s (tls_keylog_file): for debugging only", keylog)
     if config.tls_verify_peer:
         ca = config.tls_ca_cert
         try:

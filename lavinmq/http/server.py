@@ -31,10 +31,10 @@ class HTTPServer:
         if cfg.http_port:
             self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.http_port, "HTTP port",
                                                       "--http-port / [mgmt] port", timeout))
-        if cfg.https_port and self.server.tls_context is not None:
+        if cfg.https_port and self.server.http_tls_context is not None:
             self.listeners.append(listen.tcp_listener(mgmt, guard, cfg.http_bind, cfg.https_port, "HTTPS port",
                                                       "--https-port / [mgmt] tls_port", timeout,
-                                                      self.server.tls_context))
+                                                      self.server.http_tls_context))
         if cfg.http_unix_path:
             self.listeners.append(listen.unix_listener(mgmt, guard, cfg.http_unix_path, timeout))
         path = self.control_path
