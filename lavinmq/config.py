@@ -118,6 +118,19 @@ class Config:
     http_unix_path: str = ""
     tcp_proxy_protocol: bool = False
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
+    # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
+    auth_backends: str = ""
+    oauth_issuer: str | None = None
+    oauth_resource_server_id: str | None = None
+    oauth_preferred_username_claims: str = "sub,client_id"
+    oauth_additional_scopes_keys: str = ""
+    oauth_scope_prefix: str | None = None
+    oauth_verify_aud: bool = True
+    oauth_audience: str | None = None
+    oauth_jwks_cache_ttl: int = 3600      # s, unless the JWKS answer's Cache-Control says
+    oauth_client_id: str | None = None    # the management UI's sign-in (with mgmt_base_url)
+    oauth_mgmt_base_url: str | None = None
+    oauth_mgmt_scopes: str = "openid profile"
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -260,6 +273,18 @@ OPTIONS = {
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
                                         choices=("none", "username")),
     "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
+    "auth_backends": Option("str", (("main", "auth_backends"),)),
+    "oauth_issuer": Option("str", (("oauth", "issuer"),), optional=True),
+    "oauth_resource_server_id": Option("str", (("oauth", "resource_server_id"),), optional=True),
+    "oauth_preferred_username_claims": Option("str", (("oauth", "preferred_username_claims"),)),
+    "oauth_additional_scopes_keys": Option("str", (("oauth", "additional_scopes_keys"),)),
+    "oauth_scope_prefix": Option("str", (("oauth", "scope_prefix"),), optional=True),
+    "oauth_verify_aud": Option("bool", (("oauth", "verify_aud"),)),
+    "oauth_audience": Option("str", (("oauth", "audience"),), optional=True),
+    "oauth_jwks_cache_ttl": Option("int", (("oauth", "jwks_cache_ttl"),), lo=1, hi=86400 * 30),
+    "oauth_client_id": Option("str", (("oauth", "client_id"),), optional=True),
+    "oauth_mgmt_base_url": Option("str", (("oauth", "mgmt_base_url"),), optional=True),
+    "oauth_mgmt_scopes": Option("str", (("oauth", "mgmt_scopes"),)),
     "amqp_unix_path": Option("str", (("amqp", "unix_path"),)),
     "http_unix_path": Option("str", (("mgmt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
@@ -278,17 +303,18 @@ HARMLESS_KEYS = {
     "mqtt": set(),
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
+    "oauth": set(),
 }
 # Known to LavinMQ, not implemented here: a start with one of them set is
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
 UNSUPPORTED_KEYS = {
-    "main": {"auth_backends"},
+    "main": set(),
     "amqp": {"amqp_systemd_socket_name"},
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"oauth", "experimental"}
+UNSUPPORTED_SECTIONS = {"experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
 BOOL_WORDS = {"true", "yes", "on", "y", "1", "false", "no", "off", "n", "0"}
 

@@ -11,6 +11,7 @@ import time
 
 from lavinmq import tls
 from lavinmq.alarms import ResourceAlarms
+from lavinmq.auth.chain import Authenticator
 from lavinmq.auth.throttle import LoginThrottle
 from lavinmq.auth.users import UserStore
 from lavinmq.global_parameters import GlobalParameters
@@ -30,6 +31,7 @@ class Server:
         self.connections = set()
         self.users = UserStore.from_config(config)
         self.users.on_change = self.user_changed
+        self.auth = Authenticator(config, self.users)     # auth_backends: local, oauth
         self.login_throttle = LoginThrottle()
         self.syncer = Syncer(self.data_dir) if config.sync else None
         self.alarms = ResourceAlarms(self)
@@ -86,6 +88,8 @@ class Server:
         for conn in list(self.connections):
             if conn.user is None or conn.user.name != name or conn.vhost is None:
                 continue
+            if getattr(conn.user, "oauth", False):
+                continue        # a token's user is not the local user of that name
             if vhost is not None and conn.vhost.name != vhost:
                 continue
             if user is None or conn.user is not user:
@@ -106,6 +110,7 @@ class Server:
         cfg = self.config
         log.info("connection limits: %d in all, %d per source address; handshake timeout %d s",
                  self.guard.max_total, self.guard.max_per_address, cfg.handshake_timeout)
+        self.auth.start()
         self.protocols.start()
         self.alarms.check()
         self.housekeeping.start()
@@ -121,6 +126,7 @@ class Server:
             logging.getLogger().removeHandler(self.log_handler)
             self.log_handler = None
         self.protocols.close()
+        self.auth.stop()
         if self.http:
             await self.http.stop()
         self.housekeeping.stop()

@@ -48,17 +48,17 @@ def effective(host, protocol):
                                  tls_keylog_file=pick("tls_keylog_file") or None)
 
 
-def install(ctx, config, protocol):
-    """Build every SNI host's context for protocol and have ctx hand it to
-    a client that names the host. ConfigError names the section."""
-    from lavinmq import tls
+def install(ctx, config, protocol, new_context):
+    """Build every SNI host's context for protocol (with new_context, the
+    way lavinmq.tls builds [main]'s) and have ctx hand it to a client that
+    names the host. ConfigError names the section."""
     hosts = getattr(config, "sni_hosts", None) or {}
     if not hosts:
         return
     exact, wild = {}, {}
     for hostname, settings in hosts.items():
         try:
-            host_ctx = tls.new_context(effective(settings, protocol), sni=False)
+            host_ctx = new_context(effective(settings, protocol), sni=False)
         except ConfigError as exc:
             raise ConfigError(f"[sni:{hostname}] {exc}") from None
         if hostname.startswith("*."):

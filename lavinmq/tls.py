@@ -32,7 +32,7 @@ def new_context(config, protocol="amqp", sni=True):
     configure(ctx, config)
     if sni:
         from lavinmq import sni as sni_hosts
-        sni_hosts.install(ctx, config, protocol)
+        sni_hosts.install(ctx, config, protocol, new_context)
     return ctx
 
 

@@ -214,7 +214,7 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
     ("amqp", "amqp_systemd_socket_name", "lavinmq-amqp.socket"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
     ("mqtt", "unix_path", "/run/lavinmq-mqtt.sock"),
-    ("main", "auth_backends", "oauth"),
+    ("experimental", "yield_each_received_bytes", "131072"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
     path = ini(tmp_path, f"[{section}]\n{key} = {value}\n")

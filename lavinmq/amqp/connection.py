@@ -107,6 +107,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def connection_lost(self, exc):
         churn.count("connection_closed")
+        if self.token_timer is not None:
+            self.token_timer.cancel()
+            self.token_timer = None
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
@@ -178,6 +181,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         aiormq's own tests call it)."""
         renew = getattr(self.user, "renew_secret", None)
         if renew is not None:
+            if isinstance(secret, (bytes, bytearray)):
+                secret = bytes(secret).decode("utf-8", "replace")
             renew(self, secret)
         self.send_method(0, 10, 71)
 
@@ -266,6 +271,25 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                 pass
         else:
             raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
+        auth = getattr(self.server, "auth", None)
+        if auth is not None and password is not None and auth.needs_keys(password):
+            # a token, and the issuer's keys not fetched yet: fetch, then go on
+            # (the client waits for connection.tune meanwhile)
+            self.login_task = asyncio.get_running_loop().create_task(
+                self._login_after_keys(auth, mechanism, username, password))
+            return
+        self._login(mechanism, username, password)
+
+    async def _login_after_keys(self, auth, mechanism, username, password):
+        try:
+            await auth.ensure_keys()
+            if self.phase == 1 and self.transport is not None:
+                self._login(mechanism, username, password)
+        except Exception as exc:
+            self.connection_error(exc)
+        self.flush()
+
+    def _login(self, mechanism, username, password):
         throttle = getattr(self.server, "login_throttle", None)
         address = self.peer[0] if isinstance(self.peer[0], str) else ""
         if throttle is not None and throttle.blocked_for(address):
@@ -274,7 +298,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             _login_log("login refused for user %r from %s: too many failed logins, backing off", username,
                        address)
         else:
-            user = self.server.users.authenticate(username, password) if username is not None else None
+            auth = getattr(self.server, "auth", None) or self.server.users
+            user = auth.authenticate(username, password) if username is not None else None
             if user is not None and user.loopback_only and not self.from_loopback(address):
                 _login_log("user %s may only connect from loopback, refused from %s", username, address)
                 user = None
@@ -289,7 +314,41 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.user = user
         # publishes may only carry this user_id (checked in _core, only for messages that have one)
         self.state.user_id = None if "impersonator" in user.tags else user.name.encode("utf-8", "surrogateescape")
+        if getattr(user, "oauth", False):
+            self._arm_token_expiry()
         self.send_method(0, 10, 30, (self.channel_max, self.frame_max, self.heartbeat_interval))
+
+    # -- OAuth tokens ------------------------------------------------------------
+
+    token_timer = None
+
+    def _arm_token_expiry(self):
+        """The connection closes when its token expires (LavinMQ: 320, token
+        expired), unless update-secret brings a newer one first."""
+        if self.token_timer is not None:
+            self.token_timer.cancel()
+        self.token_timer = asyncio.get_running_loop().call_later(self.user.lifetime, self._token_expired)
+
+    def _token_expired(self):
+        self.token_timer = None
+        if self.user is None or self.phase >= 3:
+            return
+        if self.user.lifetime > 0:      # renewed meanwhile
+            return self._arm_token_expiry()
+        log.info("connection %s: the token of user %s expired", self.name, self.user.name)
+        if self.phase == 2:
+            self.close(320, "CONNECTION_FORCED - token expired")
+        else:
+            self._close_transport()
+
+    def token_renewed(self):
+        """update-secret brought a new token: its expiry and permissions apply now."""
+        self._arm_token_expiry()
+        if self.vhost is not None:
+            if not self.user.can_access(self.vhost.name):
+                self.close(320, f"CONNECTION_FORCED - access to vhost '{self.vhost.name}' refused by the new token")
+                return
+            self.permissions_changed()
 
     def _tune_ok(self, channel_max, frame_max, heartbeat):
         if self.user is None:

@@ -4,7 +4,7 @@ JSON shapes, one route module per resource in lavinmq/http/controller/
 from aiohttp import web
 
 from lavinmq.http.controller import (bindings, channels, connections, consumers, definitions, exchanges,
-                                     federation, global_parameters, health, logs, main, messages, nodes,
+                                     federation, global_parameters, health, logs, main, messages, nodes, oauth,
                                      parameters, permissions, policies, prometheus, queues, shovels, ui, users,
                                      vhosts)
 from lavinmq.http.middleware import errors_and_auth
@@ -13,7 +13,7 @@ from lavinmq.http.middleware import errors_and_auth
 # before /api/users/{user}, ...
 CONTROLLERS = (main, health, nodes, connections, channels, consumers, vhosts, users, permissions, exchanges,
                bindings, queues, parameters, global_parameters, shovels, federation, definitions, policies,
-               messages, logs, ui)
+               messages, logs, oauth, ui)
 
 
 def build_app(server, open_access=False):

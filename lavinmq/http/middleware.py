@@ -30,7 +30,7 @@ async def errors_and_auth(request, handler):
         if request.method not in SAFE_METHODS:
             check_not_cross_site(request)
         if not request.app.get("open"):
-            request["user"] = authenticate(request)
+            request["user"] = await authenticate(request)
         response = await handler(request)
         if request.method not in SAFE_METHODS and not await cluster_status.replicated(request.app["server"]):
             # a cluster's leader: the change is not on the in-sync replicas (the
@@ -84,23 +84,40 @@ def check_not_cross_site(request):
         raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
 
 
-def authenticate(request):
+def _credentials(request):
+    """(user, password) from Basic auth, else from the UI's OAuth session
+    cookie (the token, as LavinMQ's oauth_token), else None."""
     import base64
     import binascii
     header = request.headers.get("Authorization", "")
-    if not header.startswith("Basic "):
+    if header.startswith("Basic "):
+        try:
+            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise HTTPError(401, "Not_Authorized")
+        return user, password
+    token = request.cookies.get("oauth_token")
+    if token and getattr(request.app["server"], "auth", None) is not None and \
+            request.app["server"].auth.verifier is not None:
+        return "", token
+    return None
+
+
+async def authenticate(request):
+    creds = _credentials(request)
+    if creds is None:
         raise HTTPError(401, "Not_Authorized")
-    try:
-        user, _, password = base64.b64decode(header[6:]).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        raise HTTPError(401, "Not_Authorized")
+    user, password = creds
     server = request.app["server"]
     peer = request.remote or ""
     throttle = server.login_throttle
     if throttle.blocked_for(peer):
         _login_log("HTTP login refused for user %r from %s: too many failed logins, backing off", user, peer)
         raise HTTPError(401, "Login failed")
-    u = server.users.authenticate(user, password)
+    auth = getattr(server, "auth", None) or server.users
+    if auth is not server.users and auth.needs_keys(password):
+        await auth.ensure_keys()        # a token before the issuer's keys are fetched
+    u = auth.authenticate(user, password)
     if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
         throttle.failed(peer)
         _login_log("HTTP login refused for user %r from %s", user, peer)

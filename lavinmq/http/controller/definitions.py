@@ -52,6 +52,10 @@ async def _uploaded_file(request):
                 data = b"".join(chunks)
     except TimeoutError:
         raise HTTPError(408, "request body not received in time (http_read_timeout)")
+    except HTTPError:
+        raise
+    except Exception as exc:        # aiohttp's multipart parser on a body that is not one
+        raise HTTPError(400, f"malformed multipart/form-data body: {str(exc)[:200]}")
     if data is None:
         raise HTTPError(400, "no file part in the form")
     try:

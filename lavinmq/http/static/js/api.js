@@ -1,7 +1,10 @@
 // The HTTP API as the UI uses it: Basic credentials kept in this tab's
 // sessionStorage and sent as a header (no cookie, so no cross-site
-// request carries them), JSON in and out.
+// request carries them), JSON in and out. After an OAuth sign-in the
+// session is the broker's HttpOnly cookie instead (SameSite Lax): then
+// requests go with same-origin cookies and no header.
 const KEY = 'lavinmq.auth'
+const COOKIE_SESSION = 'oauth-cookie'
 
 export class ApiError extends Error {
   constructor (status, reason) {
@@ -24,13 +27,15 @@ export function enc (s) { return encodeURIComponent(s) }
 
 export async function request (method, path, { body, headers = {}, auth } = {}) {
   const h = { Accept: 'application/json', ...headers }
-  const token = auth || credentials()
-  if (token) h.Authorization = 'Basic ' + token
+  // auth 'none': the /oauth routes, which need no login (their cookies do count)
+  const token = auth === 'none' ? COOKIE_SESSION : (auth || credentials())
+  const cookie = token === COOKIE_SESSION
+  if (token && !cookie) h.Authorization = 'Basic ' + token
   if (method !== 'GET' && method !== 'HEAD') h['Content-Type'] = 'application/json'
   // credentials 'omit': the browser adds no cookies and never opens its own
   // Basic-auth dialog on a 401; the header above is ours
   const resp = await window.fetch(path, {
-    method, headers: h, credentials: 'omit', cache: 'no-store',
+    method, headers: h, credentials: cookie ? 'same-origin' : 'omit', cache: 'no-store',
     body: body === undefined ? undefined : JSON.stringify(body)
   })
   if (resp.status === 401 && !auth) {
@@ -64,6 +69,18 @@ export async function login (username, password) {
   window.sessionStorage.setItem('lavinmq.user', JSON.stringify(me))
   return me
 }
+
+// the OAuth sign-in's non-HttpOnly marker cookie (LavinMQ's "m"): a session to resume
+export function oauthSession () { return /(^|;\s*)m=%7Coauth%3A|(^|;\s*)m=\|oauth:/.test(document.cookie) }
+
+export async function resumeOAuthSession () {
+  const me = await request('GET', 'api/whoami', { auth: COOKIE_SESSION })
+  window.sessionStorage.setItem(KEY, COOKIE_SESSION)
+  window.sessionStorage.setItem('lavinmq.user', JSON.stringify(me))
+  return me
+}
+
+export function isOAuthSession () { return credentials() === COOKIE_SESSION }
 
 export function currentUser () {
   try { return JSON.parse(window.sessionStorage.getItem('lavinmq.user')) } catch (e) { return null }

@@ -1,7 +1,7 @@
 // The shell: login, navigation by the user's tags, the vhost filter, the
 // refresh timer and a hash router (#/queues, #/queue/VHOST/NAME, ...).
 import { h, clear, toast } from './dom.js'
-import { get, login, forget, credentials, currentUser, hasTag, setUnauthorizedHandler } from './api.js'
+import { get, login, forget, credentials, currentUser, hasTag, setUnauthorizedHandler, oauthSession, resumeOAuthSession, isOAuthSession } from './api.js'
 
 const PAGES = {
   '': () => import('./pages/overview.js'),
@@ -83,6 +83,22 @@ function showLogin (message) {
   })
   clear(app, form)
   user.focus()
+  // LavinMQ's OAuth sign-in, when the broker has one: the issuer's page, then back here
+  const params = new URLSearchParams(window.location.search)
+  if (params.get('oauth_error')) error.textContent = 'OAuth sign-in failed: ' + params.get('oauth_error')
+  get('oauth/enabled', { auth: 'none' }).then(r => {
+    if (!r || !r.enabled) return
+    const sso = h('button', {
+      type: 'button', class: 'secondary', id: 'oauth-login',
+      onclick: async () => {
+        try {
+          const { authorize_url: url } = await get('oauth/authorize', { auth: 'none' })
+          window.location.assign(url)
+        } catch (e) { error.textContent = e.message }
+      }
+    }, 'Sign in with OAuth')
+    form.insertBefore(sso, error)
+  }).catch(() => {})
 }
 
 function stopPage () {
@@ -141,8 +157,10 @@ function buildShell () {
 }
 
 function logout () {
+  const oauth = isOAuthSession()
   forget()
   shell = null
+  if (oauth) { window.location.assign('oauth/logout'); return }
   window.location.hash = '#/'
   showLogin('Logged out.')
 }
@@ -194,6 +212,14 @@ async function render () {
 
 function start () {
   shell = null
+  if (!credentials() && oauthSession()) {
+    // back from the issuer with a session cookie: resume it
+    resumeOAuthSession().then(() => {
+      window.history.replaceState(null, '', window.location.pathname + window.location.hash)
+      render()
+    }).catch(() => showLogin('Your OAuth session has ended: sign in again.'))
+    return
+  }
   render()
 }
 
