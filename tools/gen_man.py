@@ -26,9 +26,11 @@ EXTRA = {
          "/lib/systemd/system/lavinmq.service \\- the systemd unit."),
     ],
     "lavinmqctl": [
-        ("CONNECTING", "lavinmqctl talks to the broker's HTTP API: over \\fB--socket\\fR, else "
-         "$LAVINMQCTL_SOCKET, else the first of /var/lib/lavinmq/lavinmqctl.sock and /tmp/lavinmqctl.sock "
-         "that exists, else \\fB--uri\\fR (default http://127.0.0.1:15672)."),
+        ("CONNECTING", "lavinmqctl talks to the broker's HTTP API: over \\fB--control-unix-path\\fR "
+         "(or \\fB--socket\\fR), else $LAVINMQCTL_CONTROL_UNIX_PATH or $LAVINMQCTL_SOCKET, else the first of "
+         "/var/lib/lavinmq/lavinmqctl.sock and /tmp/lavinmqctl.sock that exists, else \\fB--uri\\fR, "
+         "\\fB-H\\fR or $LAVINMQCTL_HOST, or \\fB--hostname\\fR/\\fB--port\\fR/\\fB--scheme\\fR "
+         "(default http://127.0.0.1:15672). \\fB-p\\fR VHOST goes before or after the command."),
         ("EXIT STATUS", "0 on success, 1 when the broker refuses the request, 2 on a usage error, "
          "69 when the broker cannot be reached, 77 when the user is not authorised."),
     ],
