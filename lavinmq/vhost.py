@@ -16,7 +16,7 @@ from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
-from lavinmq.queue import Queue, queue_class
+from lavinmq.queue import queue_class
 from lavinmq.queue.classic import log_name
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import stream

@@ -27,8 +27,7 @@ const PAGES = {
   definitions: () => import('./pages/definitions.js'),
   shovels: () => import('./pages/shovels.js'),
   federation: () => import('./pages/federation.js'),
-  logs: () => import('./pages/logs.js'),
-  nodes: () => import('./pages/nodes.js')
+  logs: () => import('./pages/logs.js')
 }
 
 // [route, label, tags that see it (none: every management user)]
