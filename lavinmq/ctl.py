@@ -96,13 +96,14 @@ class Client:
 
 # -- command line ---------------------------------------------------------------
 
-def _global_options(p, defaults):
+def _global_options(p, defaults, uri=True):
     """LavinMQ's global options. They are given to the main parser (with
     their defaults) and to every command (without, so that one given after
     the command wins, and one not given there changes nothing)."""
     d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)      # noqa: E731
     p.add_argument("-p", "--vhost", metavar="VHOST", default=d(None), help="the vhost (default /)")
-    p.add_argument("-U", "--uri", default=d(None), help=f"HTTP API, e.g. {DEFAULT_URI}")
+    if uri:     # add_federation's --uri is the upstream's (the API's goes before the command)
+        p.add_argument("-U", "--uri", default=d(None), help=f"HTTP API, e.g. {DEFAULT_URI}")
     p.add_argument("-H", "--host", default=d(None), help="(deprecated) same as --uri")
     p.add_argument("--hostname", default=d(None), help="the broker's host name (with --port and --scheme)")
     p.add_argument("-P", "--port", default=d(None), help="its HTTP port (default 15672)")
@@ -132,7 +133,7 @@ def build_parser():
 
     def cmd(name, fn, help_, *args):
         s = sub.add_parser(name, help=help_)
-        _global_options(s, False)
+        _global_options(s, False, uri=name != "add_federation")
         for a in args:
             s.add_argument(*a[0], **a[1])
         s.set_defaults(func=fn)
@@ -202,6 +203,25 @@ def build_parser():
         A("reason", nargs="?", default="Closed via lavinmqctl"))
     cmd("close_all_connections", c.close_all_connections, "close every connection (of -p VHOST if given)",
         A("reason", nargs="?", default="Closed via lavinmqctl"))
+    cmd("list_shovels", c.list_shovels, "list shovels and their state")
+    cmd("add_shovel", c.add_shovel, "create a shovel (LavinMQ's defaults: prefetch 1000, on-confirm)", A("name"),
+        A("--src-uri", required=True), A("--dest-uri", required=True), A("--src-queue"), A("--dest-queue"),
+        A("--src-exchange"), A("--dest-exchange"), A("--src-exchange-key"), A("--dest-exchange-key"),
+        num("--src-prefetch-count", "messages in flight (default 1000)"),
+        A("--src-delete-after", help="never (default), queue-length or a count"),
+        A("--ack-mode", choices=("on-confirm", "on-publish", "no-ack")),
+        num("--reconnect-delay", "seconds (default 5)"))
+    cmd("delete_shovel", c.delete_shovel, "delete a shovel", A("name"))
+    cmd("list_federations", c.list_federations, "list federation upstreams")
+    cmd("add_federation", c.add_federation, "create a federation upstream (LavinMQ's defaults)", A("name"),
+        A("--uri", dest="upstream_uri", required=True, help="the upstream broker (amqp:// or amqps://)"),
+        num("--expires", "ms unused before the upstream queue goes"),
+        num("--message-ttl", "ms"), num("--max-hops", "default 1"), num("--prefetch-count", "default 1000"),
+        num("--reconnect-delay", "seconds (default 1)"), A("--ack-mode", choices=("on-confirm", "on-publish",
+                                                                                  "no-ack")),
+        A("--consumer-tag"), A("--exchange", help="the upstream exchange's name"),
+        A("--queue", help="the upstream queue's name"))
+    cmd("delete_federation", c.delete_federation, "delete a federation upstream", A("name"))
     cmd("export_definitions", c.export_definitions, "print users, vhosts, queues ... as JSON (-p: one vhost)")
     cmd("import_definitions", c.import_definitions, "load definitions from a JSON file (- for stdin)",
         A("file"))

@@ -293,6 +293,60 @@ def close_all_connections(c, a):
     return out
 
 
+# -- shovels and federation upstreams (runtime parameters) --------------------------
+
+# LavinMQ's lavinmqctl fills in what add_shovel / add_federation are not given
+SHOVEL_DEFAULTS = {"src-prefetch-count": 1000, "reconnect-delay": 5, "ack-mode": "on-confirm",
+                   "src-delete-after": "never"}
+FEDERATION_DEFAULTS = {"prefetch-count": 1000, "reconnect-delay": 1, "ack-mode": "on-confirm", "max-hops": 1}
+
+
+def list_shovels(c, a):
+    rows = [[s["name"], s.get("vhost"), s.get("state") or "N/A"] for s in c.get(f"/shovels/{q(a.vhost)}")]
+    return Table(["name", "vhost", "state"], rows, f"Listing shovels for vhost {a.vhost} ...")
+
+
+def _given(a, keys, rename=None):
+    rename = rename or {}
+    attr = lambda k: rename.get(k, k.replace("-", "_"))     # noqa: E731
+    return {k: getattr(a, attr(k)) for k in keys if getattr(a, attr(k), None) is not None}
+
+
+SHOVEL_KEYS = ("src-uri", "dest-uri", "src-queue", "dest-queue", "src-exchange", "dest-exchange",
+               "src-exchange-key", "dest-exchange-key", "src-prefetch-count", "src-delete-after", "ack-mode",
+               "reconnect-delay")
+FEDERATION_KEYS = ("uri", "expires", "message-ttl", "max-hops", "prefetch-count", "reconnect-delay", "ack-mode",
+                   "consumer-tag", "exchange", "queue")
+
+
+def add_shovel(c, a):
+    value = _given(a, SHOVEL_KEYS)
+    if "src-uri" not in value or "dest-uri" not in value:
+        raise CtlError("Fields '--src-uri' and '--dest-uri' are required", EX_USAGE)
+    c.put(f"/parameters/shovel/{q(a.vhost)}/{q(a.name)}", {"value": {**SHOVEL_DEFAULTS, **value}})
+
+
+def delete_shovel(c, a):
+    c.delete(f"/parameters/shovel/{q(a.vhost)}/{q(a.name)}")
+
+
+def list_federations(c, a):
+    rows = [[f["name"], f.get("component")] for f in c.get(f"/parameters/federation-upstream/{q(a.vhost)}")]
+    return Table(["name", "component"], rows, f"Listing federation upstreams for vhost {a.vhost} ...")
+
+
+def add_federation(c, a):
+    value = _given(a, FEDERATION_KEYS, {"uri": "upstream_uri"})
+    if "uri" not in value:
+        raise CtlError("Field '--uri' is required", EX_USAGE)
+    c.put(f"/parameters/federation-upstream/{q(a.vhost)}/{q(a.name)}",
+          {"value": {**FEDERATION_DEFAULTS, **value}})
+
+
+def delete_federation(c, a):
+    c.delete(f"/parameters/federation-upstream/{q(a.vhost)}/{q(a.name)}")
+
+
 # -- definitions ------------------------------------------------------------------
 
 def export_definitions(c, a):

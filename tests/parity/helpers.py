@@ -42,8 +42,11 @@ def ctl(broker, *argv, check=True, process=False):
     else:
         from lavinmq import ctl as lavinmqctl
         out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stderr(err):
-            rc = lavinmqctl.main(argv, out=out)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                rc = lavinmqctl.main(argv, out=out)
+            except SystemExit as exc:       # argparse: a usage error (2), --help, --version
+                rc = exc.code if isinstance(exc.code, int) else 0
         p = subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
     if check:
         assert p.returncode == 0, (argv, p.returncode, p.stdout, p.stderr)

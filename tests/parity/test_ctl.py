@@ -151,3 +151,41 @@ def test_definitions_from_a_data_directory(broker):
         api(broker, "DELETE", f"/api/policies/%2F/{q}")
         api(broker, "DELETE", f"/api/queues/%2F/{q}")
         api(broker, "DELETE", f"/api/exchanges/%2F/{x}")
+
+
+def test_shovel_and_federation_commands(broker):
+    """LavinMQ's add_shovel / list_shovels / delete_shovel and the federation
+    upstream commands, over /api/parameters (its defaults filled in)."""
+    import time
+    src, dest, name, up = unique("shsrc"), unique("shdst"), unique("shovel"), unique("upstream")
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    for q_ in (src, dest):
+        ch.queue_declare(q_, durable=True)
+    ch.confirm_delivery()
+    for i in range(5):
+        ch.basic_publish("", src, b"%d" % i)
+    amqp = broker.url
+    ctl(broker, "add_shovel", name, "--src-uri", amqp, "--src-queue", src, "--dest-uri", amqp, "--dest-queue", dest)
+    value = api(broker, "GET", f"/api/parameters/shovel/%2F/{name}")[1]["value"]
+    assert value["src-prefetch-count"] == 1000 and value["ack-mode"] == "on-confirm" and value["reconnect-delay"] == 5
+    deadline = time.monotonic() + 10
+    while ch.queue_declare(dest, passive=True).method.message_count < 5:
+        assert time.monotonic() < deadline, "the shovel moved nothing"
+        time.sleep(0.1)
+    rows = json.loads(ctl(broker, "-f", "json", "list_shovels").stdout)
+    assert {"name": name, "vhost": "/", "state": "running"} in rows
+    ctl(broker, "delete_shovel", name)
+    assert api(broker, "GET", f"/api/parameters/shovel/%2F/{name}")[0] == 404
+    p = ctl(broker, "add_shovel", name, "--src-uri", amqp, check=False)
+    assert p.returncode == 2
+    # a federation upstream: --uri after the command is the upstream's
+    ctl(broker, "add_federation", up, "--uri", amqp, "--max-hops", "2")
+    value = api(broker, "GET", f"/api/parameters/federation-upstream/%2F/{up}")[1]["value"]
+    assert value["uri"] == amqp and value["max-hops"] == 2 and value["prefetch-count"] == 1000
+    assert up in ctl(broker, "-s", "list_federations").stdout.split()
+    ctl(broker, "delete_federation", up)
+    assert api(broker, "GET", f"/api/parameters/federation-upstream/%2F/{up}")[0] == 404
+    for q_ in (src, dest):
+        ch.queue_delete(q_)
+    conn.close()
