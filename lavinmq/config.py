@@ -113,9 +113,10 @@ class Config:
     tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
     # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
     sni_hosts: dict = dataclasses.field(default_factory=dict)
-    # UNIX sockets (LavinMQ's [amqp] / [mgmt] unix_path), PROXY protocol on the AMQP port
+    # UNIX sockets (LavinMQ's [amqp] / [mgmt] / [mqtt] unix_path), PROXY protocol on the AMQP and MQTT ports
     amqp_unix_path: str = ""
     http_unix_path: str = ""
+    mqtt_unix_path: str = ""
     tcp_proxy_protocol: bool = False
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
@@ -287,6 +288,7 @@ OPTIONS = {
     "oauth_mgmt_scopes": Option("str", (("oauth", "mgmt_scopes"),)),
     "amqp_unix_path": Option("str", (("amqp", "unix_path"),)),
     "http_unix_path": Option("str", (("mgmt", "unix_path"),)),
+    "mqtt_unix_path": Option("str", (("mqtt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
     "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
 }
@@ -312,7 +314,7 @@ UNSUPPORTED_KEYS = {
     "main": set(),
     "amqp": {"amqp_systemd_socket_name"},
     "mgmt": {"http_systemd_socket_name"},
-    "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
+    "mqtt": {"mqtt_systemd_socket_name"},
 }
 UNSUPPORTED_SECTIONS = {"experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
@@ -497,6 +499,7 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port",
               "pidfile": "--pidfile", "control_unix_path": "--control-unix-path",
               "amqp_unix_path": "--amqp-unix-path", "http_unix_path": "--http-unix-path",
+              "mqtt_unix_path": "--mqtt-unix-path",
               "default_consumer_prefetch": "--default-consumer-prefetch"}
 # LavinMQ's deprecated flags it still accepts: (dest, the flag, what replaces it)
 DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-password-hash"),
@@ -587,6 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AMQP on this UNIX socket too ([amqp] unix_path)")
     p.add_argument("--http-unix-path", dest="http_unix_path", metavar="PATH",
                    help="the management API on this UNIX socket too ([mgmt] unix_path)")
+    p.add_argument("--mqtt-unix-path", dest="mqtt_unix_path", metavar="PATH",
+                   help="MQTT on this UNIX socket too ([mqtt] unix_path)")
     p.add_argument("--pidfile", dest="pidfile", metavar="FILE",
                    help="write the process id to FILE at start; removed at a clean stop")
     p.add_argument("--control-unix-path", dest="control_unix_path", metavar="PATH",

@@ -19,6 +19,7 @@ The accept loop is Python, once per connection, as asyncio's own is.
 """
 import asyncio
 import errno
+import itertools
 import logging
 import os
 import resource
@@ -249,6 +250,27 @@ def bind_unix(path, what, setting, mode=0o666):
         sock.close()
         raise ListenError(f"{what} {path} ({setting}) cannot be opened: {exc.strerror}") from None
     return [sock]
+
+
+_unix_clients = itertools.count(1)
+
+
+def client_peer(protocol, transport):
+    """(host, port) of the client a protocol object serves: the address a
+    PROXY header named, else a local (UNIX socket) client numbered to keep
+    the names of connections apart, else the socket's peer."""
+    peer = getattr(protocol, "client_address", None)
+    if peer is None and getattr(protocol, "local_socket", False):
+        peer = ("unix", next(_unix_clients))
+    return peer or transport.get_extra_info("peername") or ("?", 0)
+
+
+def from_loopback(protocol, address):
+    """Loopback-only users may log in from loopback, or over a UNIX socket
+    (LavinMQ's rule), judged by a PROXY header's address if there is one."""
+    from lavinmq.auth.users import is_loopback_address
+    return (getattr(protocol, "local_socket", False) and getattr(protocol, "client_address", None) is None) \
+        or is_loopback_address(address)
 
 
 class Listener:

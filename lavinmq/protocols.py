@@ -16,27 +16,27 @@ class ProtocolListeners:
     def __init__(self, server):
         self.server = server
         self.listeners = []         # lavinmq.listener.Listener
+        self.proxy = None           # the PROXY protocol's trusted sources, when tcp_proxy_protocol is on
 
     def start(self):
         cfg = self.server.config
         new_amqp = lambda: AMQPConnection(self.server)      # noqa: E731
+        # LavinMQ's tcp_proxy_protocol: the plain AMQP and MQTT ports take
+        # PROXY headers (its listeners share one accept path)
+        self.proxy = None
+        if cfg.tcp_proxy_protocol:
+            self.proxy = parse_trusted(cfg.proxy_protocol_trusted_sources)
+            if not self.proxy:
+                log.warning("PROXY protocol enabled without trusted sources configured - accepting from all "
+                            "sources ([amqp] proxy_protocol_trusted_sources)")
         # MQTT before AMQP: once the AMQP port answers, every listener does
         from lavinmq.mqtt.listener import start_listeners
         start_listeners(self)
-        # LavinMQ's tcp_proxy_protocol: the plain AMQP port takes PROXY headers
-        proxy = None
-        if cfg.tcp_proxy_protocol:
-            proxy = parse_trusted(cfg.proxy_protocol_trusted_sources)
-            if not proxy:
-                log.warning("PROXY protocol enabled without trusted sources configured - accepting from all "
-                            "sources ([amqp] proxy_protocol_trusted_sources)")
         if cfg.amqp_port:
             self.listen(cfg.amqp_bind, cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", new_amqp,
-                        proxy=proxy)
+                        proxy=self.proxy)
         if cfg.amqp_unix_path:
-            self.add(Listener(bind_unix(cfg.amqp_unix_path, "AMQP socket", "--amqp-unix-path / [amqp] unix_path"),
-                              new_amqp, self.server.guard, "AMQP",
-                              handshake_timeout=cfg.handshake_timeout))
+            self.listen_unix(cfg.amqp_unix_path, "AMQP socket", "--amqp-unix-path / [amqp] unix_path", new_amqp)
         if cfg.amqps_port and self.server.tls_context is not None:
             self.listen(cfg.amqp_bind, cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", new_amqp,
                         self.server.tls_context)
@@ -47,6 +47,12 @@ class ProtocolListeners:
         socks = bind_sockets(bind, port, what, setting)
         return self.add(Listener(socks, factory, self.server.guard, what.rsplit(" ", 1)[0], ssl_context,
                                  handshake_timeout=self.server.config.handshake_timeout, proxy=proxy))
+
+    def listen_unix(self, path, what, setting, factory):
+        """A UNIX socket listener: its clients are local (loopback for the
+        loopback-only users) unless a PROXY header names another."""
+        return self.add(Listener(bind_unix(path, what, setting), factory, self.server.guard, what.split(" ", 1)[0],
+                                 handshake_timeout=self.server.config.handshake_timeout))
 
     def add(self, listener):
         listener.start()

@@ -213,7 +213,7 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
 @pytest.mark.parametrize("section,key,value", [
     ("amqp", "amqp_systemd_socket_name", "lavinmq-amqp.socket"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
-    ("mqtt", "unix_path", "/run/lavinmq-mqtt.sock"),
+    ("mqtt", "mqtt_systemd_socket_name", "lavinmq-mqtt.socket"),
     ("experimental", "yield_each_received_bytes", "131072"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
@@ -350,3 +350,12 @@ def test_mqtt_section(tmp_path, env):
         Config.load(["-c", ini(tmp_path, "[mqtt]\nclient_id_validation = ip\n")], env)
     with pytest.raises(ConfigError, match=r"\[mqtt\] max_inflight_messages: 70000 is out of range"):
         Config.load(["-c", ini(tmp_path, "[mqtt]\nmax_inflight_messages = 70000\n")], env)
+
+
+def test_unix_paths_from_ini_and_flags(tmp_path, env):
+    path = ini(tmp_path, "[amqp]\nunix_path = /run/a.sock\n[mqtt]\nunix_path = /run/m.sock\n"
+                         "[mgmt]\nunix_path = /run/h.sock\n")
+    c = Config.load(["-c", path], env)
+    assert (c.amqp_unix_path, c.mqtt_unix_path, c.http_unix_path) == ("/run/a.sock", "/run/m.sock", "/run/h.sock")
+    c = Config.load(["-c", path, "--mqtt-unix-path", "/run/m2.sock", "--amqp-unix-path", "/run/a2.sock"], env)
+    assert (c.amqp_unix_path, c.mqtt_unix_path) == ("/run/a2.sock", "/run/m2.sock")

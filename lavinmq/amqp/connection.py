@@ -2,7 +2,6 @@
 handling. Frames are parsed by `_core.connection.CoreConnection`; this class
 gets each non-publish method once, already decoded."""
 import asyncio
-import itertools
 import logging
 import platform
 import time
@@ -12,8 +11,7 @@ from lavinmq import churn, process
 from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
-from lavinmq.auth.users import is_loopback_address
-from lavinmq.listener import RateLimitedLog
+from lavinmq.listener import RateLimitedLog, client_peer, from_loopback
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
@@ -43,21 +41,12 @@ CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
 LINGER_AFTER_CLOSE_OK = 1.0
 
 
-_unix_clients = itertools.count(1)
-
-
-def _next_unix_client():
-    return next(_unix_clients)
-
-
 class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     client_address = None       # set by the listener: (host, port) from a PROXY header
     local_socket = False        # set by the listener: a UNIX socket client (counts as loopback)
 
     def from_loopback(self, address):
-        """Loopback-only users may log in: from loopback, or over a UNIX
-        socket (LavinMQ's rule), judged by the PROXY header's address if any."""
-        return (self.local_socket and self.client_address is None) or is_loopback_address(address)
+        return from_loopback(self, address)
 
 
     def __init__(self, server):
@@ -88,14 +77,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         local = transport.get_extra_info("sockname") or ("?", 0)
         if isinstance(local, str):      # a UNIX socket: its path
             local = (local, 0)
-        # the listener's word on who the client is: a PROXY header's address,
-        # or a local (UNIX socket) client, numbered to keep names apart
-        peer = getattr(self, "client_address", None)
-        if peer is None and getattr(self, "local_socket", False):
-            peer = ("unix", _next_unix_client())
-        if peer is None:
-            peer = transport.get_extra_info("peername") or ("?", 0)
-        self.peer = peer
+        # the listener's word on who the client is (a PROXY header's address,
+        # a local client), else the socket's peer
+        self.peer = peer = client_peer(self, transport)
         self.local = local
         self.connected_at = int(time.time() * 1000)
         self.accepted = time.monotonic()    # handshake_timeout counts from here

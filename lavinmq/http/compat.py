@@ -201,8 +201,15 @@ def listeners(server):
     if cfg.http_port:
         out.append({"node": _node(), "protocol": "http", "ip_address": cfg.http_bind, "port": cfg.http_port,
                     "socket_opts": {"ip": cfg.http_bind, "port": cfg.http_port}})
+    if cfg.mqtt_port > 0:
+        out.append({"node": _node(), "protocol": "mqtt", "ip_address": cfg.mqtt_bind, "port": cfg.mqtt_port,
+                    "socket_opts": opts})
+    if cfg.mqtts_port > 0 and server.tls_context is not None:
+        out.append({"node": _node(), "protocol": "mqtt/ssl", "ip_address": cfg.mqtt_bind, "port": cfg.mqtts_port,
+                    "socket_opts": opts})
     # UNIX sockets, as LavinMQ lists them
-    for protocol, path in (("amqp", getattr(cfg, "amqp_unix_path", "")), ("http", getattr(cfg, "http_unix_path", ""))):
+    for protocol, path in (("amqp", getattr(cfg, "amqp_unix_path", "")), ("http", getattr(cfg, "http_unix_path", "")),
+                           ("mqtt", getattr(cfg, "mqtt_unix_path", ""))):
         if path:
             out.append({"node": _node(), "protocol": protocol, "path": path})
     return out

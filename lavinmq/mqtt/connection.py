@@ -9,8 +9,7 @@ import base64
 import time
 
 from lavinmq import churn, process
-from lavinmq.auth.users import is_loopback_address
-from lavinmq.listener import RateLimitedLog
+from lavinmq.listener import RateLimitedLog, client_peer, from_loopback
 from lavinmq.mqtt import _mqtt, session, topics
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_CREDENTIALS, IDENTIFIER_REJECTED, NOT_AUTHORIZED, SERVER_UNAVAILABLE,
@@ -28,6 +27,8 @@ SUBACK_FAILURE = 0x80
 
 class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     protocol = "MQTT 3.1.1"
+    client_address = None       # set by the listener: (host, port) from a PROXY header
+    local_socket = False        # set by the listener: a UNIX socket client (counts as loopback)
 
     def __init__(self, server):
         self.server = server
@@ -84,8 +85,10 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
 
     def connection_made(self, transport):
         self.transport = transport
-        self.peer = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = client_peer(self, transport)
         self.local = transport.get_extra_info("sockname") or ("?", 0)
+        if isinstance(self.local, str):     # a UNIX socket: its path
+            self.local = (self.local, 0)
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{self.peer[0]}:{self.peer[1]} -> {self.local[0]}:{self.local[1]}"
         self.accepted = time.monotonic()
@@ -192,7 +195,7 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         if throttle is not None and throttle.blocked_for(address):
             raise ConnectRefused(BAD_CREDENTIALS, f"user {username!r}: too many failed logins, backing off")
         user = self.server.users.authenticate(username, password.decode(errors="replace"))
-        if user is not None and user.loopback_only and not is_loopback_address(address):
+        if user is not None and user.loopback_only and not from_loopback(self, address):
             user = None
             reason = f"user {username!r} may only connect from loopback"
         else:
