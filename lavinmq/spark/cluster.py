@@ -31,6 +31,10 @@ import urllib.request
 # reserve); master and worker daemons do with far less
 EXECUTOR_MEMORY = "512m"
 DAEMON_MEMORY = "160m"
+# JVMs that start quickly and stay small on a machine of few cores: the
+# serial collector and the C1 compiler only (for tests; a benchmark wants the
+# full JIT)
+SMALL_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
@@ -61,13 +65,13 @@ def connector_path():
     return os.path.dirname(os.path.dirname(os.path.abspath(lavinmq.__file__)))
 
 
-def base_env():
+def base_env(small=True):
     env = dict(os.environ)
     env.update(SPARK_HOME=spark_home(), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                SPARK_DAEMON_MEMORY=DAEMON_MEMORY,
                # a port that is taken is an error, not a move to the next one
                # (the URLs here name the ports given)
-               SPARK_DAEMON_JAVA_OPTS="-Dspark.port.maxRetries=0")
+               SPARK_DAEMON_JAVA_OPTS="-Dspark.port.maxRetries=0" + (" " + SMALL_JVM if small else ""))
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     return env
@@ -155,8 +159,9 @@ class Daemon:
 
 
 class StandaloneCluster:
-    def __init__(self, workers=2, cores=2, worker_memory=None, base_dir=None, worker_timeout=60):
+    def __init__(self, workers=2, cores=2, worker_memory=None, base_dir=None, worker_timeout=60, small=True):
         self.n_workers = workers
+        self.small = small
         self.cores = cores
         # room for one executor per application it runs at once
         self.worker_memory = worker_memory or f"{cores * 512 + 64}m"
@@ -176,7 +181,7 @@ class StandaloneCluster:
         return [os.path.join(spark_home(), "bin", "spark-class"), cls, *args]
 
     def _master(self):
-        env = base_env()
+        env = base_env(self.small)
         # a worker that stops heart-beating is given up after worker_timeout s
         # (a dead worker's executors are noticed at once through their driver)
         env["SPARK_MASTER_OPTS"] = (f"-Dspark.worker.timeout={self.worker_timeout} "
@@ -191,7 +196,8 @@ class StandaloneCluster:
         return Daemon(f"worker-{i}", self._spark_class(
             "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(free_port()),
             "--webui-port", str(free_port()), "--cores", str(self.cores), "--memory", self.worker_memory,
-            "--work-dir", work, self.master_url), base_env(), os.path.join(self.base_dir, f"worker-{i}.log"))
+            "--work-dir", work, self.master_url), base_env(self.small),
+            os.path.join(self.base_dir, f"worker-{i}.log"))
 
     def start(self, timeout=240):
         self.master = self._master().start()
@@ -287,6 +293,7 @@ class StandaloneCluster:
         with one core on each worker."""
         n = executors or self.n_workers
         return {
+            **({"spark.executor.extraJavaOptions": SMALL_JVM} if self.small else {}),
             "spark.executor.memory": EXECUTOR_MEMORY,
             "spark.executor.cores": "1",
             "spark.cores.max": str(n),
@@ -329,7 +336,7 @@ class ConnectServer:
                 "--name", "lavinmq Spark Connect", "--master", self.master, "--driver-memory", "512m"]
         for k, v in conf.items():
             argv += ["--conf", f"{k}={v}"]
-        env = base_env()
+        env = base_env(small=False)
         # the launcher sizes the Connect server's driver as a daemon's
         env["SPARK_DAEMON_MEMORY"] = "512m"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [connector_path(), env.get("PYTHONPATH")]))
@@ -354,17 +361,21 @@ class ConnectServer:
 
 
 def session(master="local[2]", app="lavinmq", conf=None):
-    """A classic SparkSession with the connector registered."""
+    """A classic SparkSession with the connector registered. conf's
+    spark.driver.extraJavaOptions are added to the -Xss4m that deep plans of
+    streaming queries need."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+    conf = dict(conf or {})
+    java = " ".join(filter(None, ["-Xss4m", conf.pop("spark.driver.extraJavaOptions", "")]))
     b = (SparkSession.builder.master(master).appName(app)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.driver.extraJavaOptions", "-Xss4m"))      # deep plans of streaming queries
-    for k, v in (conf or {}).items():
+         .config("spark.driver.extraJavaOptions", java))
+    for k, v in conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

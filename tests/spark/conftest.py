@@ -37,7 +37,9 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark(cluster):
     from lavinmq.spark.cluster import session, wait_executors
-    s = session(cluster.master_url, "lavinmq-tests", {**cluster.app_conf(), "spark.driver.memory": "512m"})
+    from lavinmq.spark.cluster import SMALL_JVM
+    s = session(cluster.master_url, "lavinmq-tests", {**cluster.app_conf(), "spark.driver.memory": "512m",
+                                                      "spark.driver.extraJavaOptions": SMALL_JVM})
     wait_executors(s, 2)
     yield s
     s.stop()
@@ -46,7 +48,10 @@ def spark(cluster):
 @pytest.fixture(scope="session")
 def connect_server(cluster, tmp_path_factory):
     from lavinmq.spark.cluster import ConnectServer
-    server = ConnectServer(cluster.master_url, cluster.app_conf(),
+    from lavinmq.spark.cluster import SMALL_JVM
+    # one executor: enough to show the connector working through Connect
+    server = ConnectServer(cluster.master_url, {**cluster.app_conf(executors=1),
+                                                "spark.driver.extraJavaOptions": SMALL_JVM},
                            base_dir=str(tmp_path_factory.mktemp("spark-connect"))).start()
     yield server
     server.stop()
