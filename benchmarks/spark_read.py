@@ -97,7 +97,7 @@ def run_cases(opts, uri, data_dir, queue, tmp):
     from lavinmq.spark.cluster import StandaloneCluster, session, wait_executors
     cluster = None
     if opts.cluster:
-        cluster = StandaloneCluster(workers=2, cores=1, base_dir=os.path.join(tmp, "cluster")).start()
+        cluster = StandaloneCluster(workers=2, cores=1, base_dir=os.path.join(tmp, "cluster"), small=False).start()
         spark = session(cluster.master_url, "lavinmq-bench", {**cluster.app_conf(), "spark.driver.memory": "1g"})
         wait_executors(spark, 2)
         PIDS.extend(d.pid for d in [cluster.master, *cluster.workers])
