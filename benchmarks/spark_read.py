@@ -35,11 +35,12 @@ sys.path.insert(0, ROOT)
 CASES = ("segments", "amqp", "streaming", "sink")
 
 
-def tree_cpu(root):
+def tree_cpu(root, seen):
     """CPU seconds used by root and every process under it (the Spark JVM,
-    its Python workers), including children that have exited."""
+    its Python workers), including children that have exited, leaving out
+    the processes in seen (and adding those it counts to it)."""
     hz = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, [root], set()
+    total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
         if pid in seen:
@@ -56,7 +57,19 @@ def tree_cpu(root):
     return total
 
 
-PIDS = [os.getpid()]        # the broker's, and the cluster's master and workers, once they run
+def cpu_by_tree(roots):
+    """[CPU s] per root, each process counted once: the later roots (the
+    broker, the cluster's JVMs) first, so the driver's tree (which may hold
+    them as children) keeps only its own."""
+    seen, out = set(), {}
+    for r in reversed(roots):
+        out[r] = tree_cpu(r, seen)
+    return [out[r] for r in roots]
+
+
+PIDS = [os.getpid()]        # and the broker's
+DETAIL = False              # --cpu-detail: the CPU of each process tree, per case
+CLUSTER = []                # the master's and the workers' pids, for --cpu-detail
 
 
 def timed(label, n, fn, repeat=2, results=None):
@@ -66,20 +79,37 @@ def timed(label, n, fn, repeat=2, results=None):
     that path)."""
     best = None
     for _ in range(repeat):
-        cpu0, started = sum(map(tree_cpu, PIDS)), time.monotonic()
+        roots = PIDS + CLUSTER
+        per0, started = cpu_by_tree(roots), time.monotonic()
         got = fn()
         took = time.monotonic() - started
-        cpu = sum(map(tree_cpu, PIDS)) - cpu0
+        per = [c - c0 for c, c0 in zip(cpu_by_tree(roots), per0)]
         if best is None or took < best[1]:
-            best = (got, took, cpu)
-    got, took, cpu = best
+            best = (got, took, sum(per), per)
+    got, took, cpu, per = best
     print(f"{label:<40} {got:>10,} rows in {took:6.1f} s: {got / took:>10,.0f} rows/s wall, "
           f"{cpu:6.1f} CPU s: {got / cpu:>10,.0f} rows per CPU-second", flush=True)
+    if DETAIL:
+        print("  CPU s by process tree: " + ", ".join(f"{cmd_name(p)} {c:.1f}" for p, c in zip(PIDS + CLUSTER, per)),
+              flush=True)
     if got != n:
         print(f"  expected {n:,} rows", flush=True)
     if results is not None:
         results[label] = {"rows": got, "seconds": took, "cpu": cpu}
     return got / took
+
+
+def cmd_name(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return str(pid)
+    for a in args:
+        for name in (b"Master", b"Worker", b"lavinmq", b"spark_read.py"):
+            if a.endswith(name):
+                return {b"spark_read.py": "driver", b"lavinmq": "broker"}.get(name, name.decode().lower())
+    return str(pid)
 
 
 def publish(uri, queue, n, size):
@@ -100,7 +130,7 @@ def run_cases(opts, uri, data_dir, queue, tmp):
         cluster = StandaloneCluster(workers=2, cores=1, base_dir=os.path.join(tmp, "cluster"), small=False).start()
         spark = session(cluster.master_url, "lavinmq-bench", {**cluster.app_conf(), "spark.driver.memory": "1g"})
         wait_executors(spark, 2)
-        PIDS.extend(d.pid for d in [cluster.master, *cluster.workers])
+        CLUSTER.extend(d.pid for d in [cluster.master, *cluster.workers])
         where = "standalone cluster, 2 executors x 1 core"
     else:
         spark = session("local[2]", "lavinmq-bench", {"spark.driver.memory": "1g"})
@@ -215,9 +245,12 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1, help="rounds of --compare")
     ap.add_argument("--uri", help="a broker whose stream 'bench' is filled (with --data-dir)")
     ap.add_argument("--data-dir", help="that broker's data directory")
+    ap.add_argument("--cpu-detail", action="store_true", help="the CPU of each process tree, per case")
     ap.add_argument("--json-out", help=argparse.SUPPRESS)
     ap.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
+    global DETAIL
+    DETAIL = opts.cpu_detail
     queue = "bench"
     tmp = tempfile.mkdtemp(prefix="spark-bench-")
     broker = None
