@@ -232,6 +232,7 @@ class PolicyStore:
 
     def apply_to_queue(self, q):
         q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+        self._federation_follows(q, "queue")
 
     def apply_to_exchange(self, ex):
         policy, _, definition, settings = self.effective(ex.name, "exchange", ex.arguments)
@@ -239,6 +240,13 @@ class PolicyStore:
         ex.effective_policy_definition = definition
         # the exchange's own argument wins over this (the routing core keeps both)
         ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        self._federation_follows(ex, "exchange")
+
+    def _federation_follows(self, obj, kind):
+        # federation-upstream(-set) keys make links (lavinmq.federation), while the vhost has upstreams
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.policy_applied(obj, kind)
 
     def apply_all(self):
         """Policies changed: every queue and exchange gets what applies now."""

@@ -45,6 +45,8 @@ class Server:
         from lavinmq._core import segment
         segment.on_map_pressure(self.vhosts.unmap_idle)
         self.vhosts.load()
+        from lavinmq.parameters import Parameters
+        self.parameters = Parameters(self)      # shovels, federation: started with the listeners
         fsync_dir(os.path.dirname(os.path.abspath(self.data_dir)))    # the data dir's own name
 
     # what connections and the API read of the alarms
@@ -67,6 +69,7 @@ class Server:
         for conn in list(self.connections):
             if conn.vhost is vhost:
                 conn.close(320, "CONNECTION_FORCED - vhost deleted")
+        self.parameters.vhost_deleted(name)
         self.mqtt.vhost_deleted(name)
         self.vhosts.remove(name)
         self.users.remove_vhost(name)
@@ -105,6 +108,7 @@ class Server:
         if self.config.log_exchange:
             from lavinmq import log_exchange
             self.log_handler = log_exchange.install(self)
+        self.parameters.start()
 
     async def stop(self, quiet=False):
         if not quiet:
@@ -116,6 +120,18 @@ class Server:
         if self.http:
             await self.http.stop()
         self.housekeeping.stop()
+        # shovels and links first: they let their last confirms arrive and ack them
+        await self.parameters.stop()
+        # no more publishes are read; what was stored is confirmed before the
+        # connections close, so that publishers (a shovel) resend only what was not
+        for conn in list(self.connections):
+            if conn.transport is not None and not conn.transport.is_closing():
+                try:
+                    conn.transport.pause_reading()
+                except (RuntimeError, AttributeError):
+                    pass
+        if self.syncer is not None:
+            await self.syncer.close()
         for conn in list(self.connections):
             conn.close()
         # give clients a moment to answer close-ok

@@ -63,6 +63,7 @@ class VHost:
         self.queues = {}
         self.connections = set()
         self.limits = {}            # "max-connections", "max-queues"
+        self.federation = None      # lavinmq.federation.manager.Federation while the vhost has upstreams
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.definitions = DefinitionsStore(self, syncer)
@@ -155,6 +156,8 @@ class VHost:
         del self.exchanges[name]
         ex.deleted = True
         ex.clear_bindings()
+        if self.federation is not None:
+            self.federation.removed(ex, "exchange")
         dq = ex.delay_queue
         if dq is not None:
             ex.delay_queue = None
@@ -297,6 +300,8 @@ class VHost:
         if q.durable and not q.exclusive and persist:
             self.definitions.append(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
+        if self.federation is not None:
+            self.federation.removed(q, "queue")
         if persist:
             churn.count("queue_deleted")
         self.exchanges[""].queue_removed(q)

@@ -3,15 +3,15 @@ JSON shapes, one route module per resource in lavinmq/http/controller/
 (as LavinMQ's http/controller/), behind the middleware."""
 from aiohttp import web
 
-from lavinmq.http.controller import (bindings, channels, connections, consumers, definitions, exchanges, health,
-                                     logs, main, messages, nodes, parameters, permissions, policies, prometheus,
-                                     queues, ui, users, vhosts)
+from lavinmq.http.controller import (bindings, channels, connections, consumers, definitions, exchanges,
+                                     federation, health, logs, main, messages, nodes, parameters, permissions,
+                                     policies, prometheus, queues, shovels, ui, users, vhosts)
 from lavinmq.http.middleware import errors_and_auth
 
 # registration order matters where paths overlap: /api/users/bulk-delete
 # before /api/users/{user}, ...
 CONTROLLERS = (main, health, nodes, connections, channels, consumers, vhosts, users, permissions, exchanges,
-               bindings, queues, parameters, definitions, policies, messages, logs, ui)
+               bindings, queues, parameters, shovels, federation, definitions, policies, messages, logs, ui)
 
 
 def build_app(server, open_access=False):

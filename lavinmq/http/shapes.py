@@ -200,7 +200,7 @@ def definitions(server, only=None):
                          for v in vhosts]
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
-    out["parameters"] = []      # no runtime parameter components (shovel, federation) yet
+    out["parameters"] = [p for v in vhosts for p in server.parameters.of(v).listing()]
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
@@ -217,7 +217,7 @@ def definitions(server, only=None):
                        for b in ex.bindings.values()
                        if ex.durable and getattr(b.destination, "durable", False)]
     if only is not None:
-        for key in ("policies", "operator_policies", "exchanges", "queues", "bindings"):
+        for key in ("parameters", "policies", "operator_policies", "exchanges", "queues", "bindings"):
             for item in out[key]:
                 item.pop("vhost", None)
     return out

@@ -161,10 +161,18 @@ class Queue(CoreQueue):
         self.had_consumers = True
         super().add_consumer(consumer)
         self.touch()
+        self._consumers_changed()
 
     def remove_consumer(self, consumer):
         super().remove_consumer(consumer)
         self.touch()
+        self._consumers_changed()
+
+    def _consumers_changed(self):
+        # a federated queue consumes its upstream while it has consumers (lavinmq.federation)
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.consumers_changed(self)
 
     def stop(self):
         """Deleted or shut down: no timer may fire any more."""

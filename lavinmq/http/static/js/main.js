@@ -22,6 +22,8 @@ const PAGES = {
   policies: () => import('./pages/policies.js'),
   'operator-policies': () => import('./pages/policies.js'),
   definitions: () => import('./pages/definitions.js'),
+  shovels: () => import('./pages/shovels.js'),
+  federation: () => import('./pages/federation.js'),
   logs: () => import('./pages/logs.js'),
   nodes: () => import('./pages/nodes.js')
 }
@@ -34,6 +36,7 @@ const NAV = [
   ['-', 'Admin', ['administrator', 'policymaker']],
   ['users', 'Users', ['administrator']], ['vhosts', 'Virtual hosts', ['administrator']],
   ['policies', 'Policies', ['policymaker']], ['operator-policies', 'Operator policies', ['administrator']],
+  ['shovels', 'Shovels', ['policymaker']], ['federation', 'Federation', ['policymaker']],
   ['definitions', 'Definitions', ['administrator']], ['logs', 'Log', ['administrator']]
 ]
 
