@@ -99,6 +99,9 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     def connection_lost(self, exc):
         churn.count("connection_closed")
         self.transport = None
+        if self.token_timer is not None:
+            self.token_timer.cancel()
+            self.token_timer = None
         if not self.closing:
             # the client went away without DISCONNECT: its will is published
             self._shut(publish_will=True, reason="connection lost")
@@ -174,6 +177,27 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         st.pending_pubrel = []
         log.info("MQTT connection %s opened by user %s on vhost %s, client id %r%s", self.name, user.name,
                  vhost.name, client_id, " (clean session)" if clean else "")
+        if getattr(user, "oauth", False):
+            self._arm_token_expiry()
+
+    # -- OAuth tokens ------------------------------------------------------------
+
+    token_timer = None
+    keys_task = None
+
+    def _fetch_keys(self, auth):
+        if self.keys_task is None:       # held here: a task nobody holds may be collected
+            self.keys_task = asyncio.get_running_loop().create_task(auth.ensure_keys())     # never raises
+
+    def _arm_token_expiry(self):
+        """The connection closes when its token expires (LavinMQ's MQTT
+        client closes then; MQTT 3.1.1 has no way to renew a token)."""
+        self.token_timer = asyncio.get_running_loop().call_later(self.user.lifetime, self._token_expired)
+
+    def _token_expired(self):
+        self.token_timer = None
+        if not self.closing:
+            self.close(text="token expired")
 
     def refuse_connect(self, exc):
         _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
@@ -194,7 +218,15 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         address = self.peer[0] if isinstance(self.peer[0], str) else ""
         if throttle is not None and throttle.blocked_for(address):
             raise ConnectRefused(BAD_CREDENTIALS, f"user {username!r}: too many failed logins, backing off")
-        user = self.server.users.authenticate(username, password.decode(errors="replace"))
+        password = password.decode(errors="replace")
+        # the broker's sign-in chain ([main] auth_backends), as LavinMQ's
+        # MQTT: an OAuth token in the password field signs in too
+        auth = getattr(self.server, "auth", None) or self.server.users
+        if auth is not self.server.users and auth.needs_keys(password):
+            # the issuer's keys are not here yet: fetched now; the client retries
+            self._fetch_keys(auth)
+            raise ConnectRefused(SERVER_UNAVAILABLE, "the OAuth issuer's keys are being fetched")
+        user = auth.authenticate(username, password)
         if user is not None and user.loopback_only and not from_loopback(self, address):
             user = None
             reason = f"user {username!r} may only connect from loopback"

@@ -40,7 +40,17 @@ def mqtt_string(s):
 def connect_packet(client_id, user, password):
     body = mqtt_string(b"MQTT") + bytes([4, 0xC2]) + struct.pack(">H", 60) + \
         mqtt_string(client_id) + mqtt_string(user) + mqtt_string(password)
-    return bytes([0x10, len(body)]) + body
+    return bytes([0x10]) + remaining_length(len(body)) + body
+
+
+def remaining_length(n):
+    """MQTT's variable-length integer: 7 bits a byte, the high bit 'more'."""
+    out = bytearray()
+    while True:
+        n, digit = n >> 7, n & 0x7F
+        out.append(digit | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def raw_connect(sock, client_id, user, password, header=b""):
