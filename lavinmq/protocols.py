@@ -59,10 +59,12 @@ class ProtocolListeners:
         self.listeners.append(listener)
         return listener
 
-    def set_tls_context(self, ctx):
+    def set_tls_context(self, ctx, mqtt_ctx=None):
+        """New certificates (SIGHUP): AMQPS gets ctx, MQTTS mqtt_ctx (its
+        [sni:host] mqtt_tls_* overrides), or ctx without one."""
         for listener in self.listeners:
             if listener.ssl is not None:
-                listener.ssl = ctx
+                listener.ssl = mqtt_ctx if mqtt_ctx is not None and listener.name.startswith("MQTT") else ctx
 
     def close(self):
         import os

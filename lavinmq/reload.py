@@ -34,6 +34,7 @@ def _reload_tls(server, fresh):
     try:
         ctx = tls.new_context(fresh, "amqp")
         http_ctx = tls.new_context(fresh, "http")
+        mqtt_ctx = tls.new_context(fresh, "mqtt")
     except Exception as exc:
         log.error("TLS reload failed, the certificate in use stays: %s", exc)
         return
@@ -42,7 +43,8 @@ def _reload_tls(server, fresh):
         setattr(server.config, name, getattr(fresh, name))
     server.tls_context = ctx
     server.http_tls_context = http_ctx
-    server.protocols.set_tls_context(ctx)
+    server.mqtt_tls_context = mqtt_ctx
+    server.protocols.set_tls_context(ctx, mqtt_ctx)
     if server.http:
         server.http.set_tls_context(http_ctx)
     log.info("TLS certificate reloaded from %s", fresh.tls_cert)

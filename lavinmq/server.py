@@ -46,6 +46,8 @@ class Server:
         self.tls_context = tls.new_context(config, "amqp") if tls.enabled(config) else None
         # HTTPS's own: [sni:host] sections may give it other certificates (http_tls_*)
         self.http_tls_context = tls.new_context(config, "http") if tls.enabled(config) else None
+        # and MQTTS's (mqtt_tls_*)
+        self.mqtt_tls_context = tls.new_context(config, "mqtt") if tls.enabled(config) else None
         self.vhosts = VHostStore(config, self.syncer)
         from lavinmq._core import segment
         segment.on_map_pressure(self.vhosts.unmap_idle)

@@ -3,9 +3,9 @@ TLS client that names a host (SNI) gets that host's certificate and
 settings; any other gets the `[main]` ones. `[sni:*.example.com]` serves
 the names one label under example.com. Inside a section, `tls_cert`,
 `tls_key`, `tls_min_version`, `tls_ciphers`, `tls_verify_peer`,
-`tls_ca_cert`, `tls_keylog_file`, and the same with an `amqp_` or `http_`
-prefix for one protocol only (`mqtt_` ones are accepted: there is no MQTT
-listener here)."""
+`tls_ca_cert`, `tls_keylog_file`, and the same with an `amqp_`, `mqtt_` or
+`http_` prefix for one protocol only (AMQPS, MQTTS, HTTPS; AMQP and MQTT
+over WebSocket are on HTTPS)."""
 import types
 
 from lavinmq.errors import ConfigError

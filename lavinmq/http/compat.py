@@ -204,7 +204,7 @@ def listeners(server):
     if cfg.mqtt_port > 0:
         out.append({"node": _node(), "protocol": "mqtt", "ip_address": cfg.mqtt_bind, "port": cfg.mqtt_port,
                     "socket_opts": opts})
-    if cfg.mqtts_port > 0 and server.tls_context is not None:
+    if cfg.mqtts_port > 0 and server.mqtt_tls_context is not None:
         out.append({"node": _node(), "protocol": "mqtt/ssl", "ip_address": cfg.mqtt_bind, "port": cfg.mqtts_port,
                     "socket_opts": opts})
     # UNIX sockets, as LavinMQ lists them

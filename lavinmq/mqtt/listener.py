@@ -14,8 +14,8 @@ def start_listeners(protocols):
     if cfg.mqtt_port > 0:
         protocols.listen(cfg.mqtt_bind, cfg.mqtt_port, "MQTT port", "--mqtt-port / [mqtt] port", new_mqtt,
                          proxy=protocols.proxy)
-    if cfg.mqtts_port > 0 and server.tls_context is not None:
+    if cfg.mqtts_port > 0 and server.mqtt_tls_context is not None:
         protocols.listen(cfg.mqtt_bind, cfg.mqtts_port, "MQTTS port", "--mqtts-port / [mqtt] tls_port", new_mqtt,
-                         server.tls_context)
+                         server.mqtt_tls_context)
     if cfg.mqtt_unix_path:
         protocols.listen_unix(cfg.mqtt_unix_path, "MQTT socket", "--mqtt-unix-path / [mqtt] unix_path", new_mqtt)

@@ -1,5 +1,5 @@
 """Per-hostname certificates ([sni:host] sections, as LavinMQ's): a TLS
-client naming the host gets its certificate, on AMQPS and HTTPS, with the
+client naming the host gets its certificate, on AMQPS, MQTTS and HTTPS, with the
 protocol's own override; *.domain serves one label under it; others get
 [main]'s. Certificates made with the openssl command for the test."""
 import socket
@@ -17,7 +17,7 @@ def certs(tmp_path_factory):
 
     def run(*args):
         subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-    for name in ("default", "exact", "exact-http", "wild"):
+    for name in ("default", "exact", "exact-http", "exact-mqtt", "wild"):
         run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
             "-days", "2", "-subj", f"/CN={name}")
     return d
@@ -47,6 +47,8 @@ tls_cert = {certs}/exact.pem
 tls_key = {certs}/exact.key
 http_tls_cert = {certs}/exact-http.pem
 http_tls_key = {certs}/exact-http.key
+mqtt_tls_cert = {certs}/exact-mqtt.pem
+mqtt_tls_key = {certs}/exact-mqtt.key
 [sni:*.wild.example.test]
 tls_cert = {certs}/wild.pem
 tls_key = {certs}/wild.key
@@ -55,11 +57,14 @@ mqtt_tls_verify_peer = true
 [sni:nocert.example.test]
 tls_min_version = 1.3
 """)
-    b = BrokerProcess(tmp_path / "data", tls=True, extra_args=["-c", str(ini)]).start()
+    b = BrokerProcess(tmp_path / "data", tls=True, mqtt=True, extra_args=["-c", str(ini)]).start()
     try:
-        amqps, https = b.amqps_port, b.https_port
+        amqps, https, mqtts = b.amqps_port, b.https_port, b.mqtts_port
         assert served_cn(amqps, "broker.example.test") == "exact"
         assert served_cn(https, "broker.example.test") == "exact-http"      # http_tls_cert wins on HTTPS
+        assert served_cn(mqtts, "broker.example.test") == "exact-mqtt"      # mqtt_tls_cert on MQTTS
+        assert served_cn(mqtts, "a.wild.example.test") == "wild"
+        assert served_cn(mqtts, "other.example.test") == "default"
         assert served_cn(amqps, "a.wild.example.test") == "wild"
         assert served_cn(https, "B.Wild.Example.Test") == "wild"           # names compare without case
         assert served_cn(amqps, "a.b.wild.example.test") == "default"      # one label only

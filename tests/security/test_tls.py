@@ -45,7 +45,7 @@ def tls_broker(make_broker, certs, tmp_path):
     key = tmp_path / "key.pem"
     shutil.copy(certs["cert"], cert)
     shutil.copy(certs["key"], key)
-    b = make_broker("", tls=(str(cert), str(key)))
+    b = make_broker("", tls=(str(cert), str(key)), mqtt=True)      # MQTTS too
     b.cert_path, b.key_path = cert, key
     return b
 
@@ -139,6 +139,7 @@ def test_sighup_reloads_the_certificate(tls_broker, certs):
         assert time.monotonic() < deadline, b.log_tail()
         time.sleep(0.1)
     assert server_cn(b.https_port, certs) == "server2"
+    assert server_cn(b.mqtts_port, certs) == "server2"
     assert kept.is_open                    # open connections keep theirs
     kept.channel().queue_declare("", exclusive=True)
     kept.close()
