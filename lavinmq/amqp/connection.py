@@ -340,7 +340,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             exc = InternalError(str(exc))
         elif isinstance(exc, InternalError):
             log.error("internal error on %s: %s", self.name, exc, exc_info=exc)
-        else:
+        elif self.phase not in (3, 4):
+            # once closing, what still arrives is not worth a line each (a
+            # client streaming after its error would write one per read)
             log.info("closing %s: %d %s", self.name, exc.reply_code, exc.reply_text)
         if self.phase in (3, 4):
             return
