@@ -11,6 +11,7 @@ import os
 from aiohttp import web
 
 from lavinmq.errors import AMQPError
+from lavinmq.http import name_filter
 from lavinmq.listener import RateLimitedLog
 
 log = logging.getLogger("lavinmq.http")
@@ -180,13 +181,36 @@ def listing(request, items):
     columns, page/page_size (which wraps the answer in a page object)."""
     q = request.query
     everything = len(items)
+    page = _page_params(q)
     name = q.get("name")
     if name:
         if q.get("use_regex") == "true":
-            rx = linear_regex(name)
-            items = [i for i in items if rx.search(str(i.get("name", "")))]
-        else:
-            items = [i for i in items if name in str(i.get("name", ""))]
+            # matched in slices with yields, in the response's prepare()
+            return name_filter.FilteredListing(items, linear_regex(name), _item_name,
+                                               lambda kept: _listed(q, kept, everything, page))
+        items = [i for i in items if name in str(i.get("name", ""))]
+    return _listed(q, items, everything, page)
+
+
+def _item_name(item):
+    return str(item.get("name", ""))
+
+
+def _page_params(q):
+    """(page, page_size) when a page is asked for, else None."""
+    if "page" not in q:
+        return None
+    try:
+        page = int(q["page"])
+        size = int(q.get("page_size", 100))
+    except ValueError:
+        raise HTTPError(400, "page and page_size must be integers")
+    if page < 1 or not 1 <= size <= 500:
+        raise HTTPError(400, "page must be >= 1 and page_size between 1 and 500")
+    return page, size
+
+
+def _listed(q, items, everything, page):
     sort = q.get("sort")
     if sort:
         def key(item):
@@ -199,14 +223,8 @@ def listing(request, items):
     if columns:
         cols = [c.split(".") for c in columns.split(",")]
         items = [_pick(i, cols) for i in items]
-    if "page" in q:
-        try:
-            page = int(q["page"])
-            size = int(q.get("page_size", 100))
-        except ValueError:
-            raise HTTPError(400, "page and page_size must be integers")
-        if page < 1 or not 1 <= size <= 500:
-            raise HTTPError(400, "page must be >= 1 and page_size between 1 and 500")
+    if page is not None:
+        page, size = page
         total = len(items)
         chunk = items[(page - 1) * size: page * size]
         return web.json_response({"filtered_count": total, "item_count": len(chunk), "items": chunk,
@@ -215,24 +233,15 @@ def listing(request, items):
     return web.json_response(items)
 
 
-MAX_FILTER_REGEX = 1024       # characters
-
-
 def linear_regex(pattern):
-    """A client's regex, matched in linear time (RE2: no backtracking, so no
-    pattern can stall the event loop; backreferences and lookarounds are
-    refused with a 400)."""
-    import re2
-    if len(pattern) > MAX_FILTER_REGEX:
-        raise HTTPError(400, f"regex longer than {MAX_FILTER_REGEX} characters")
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = 8 << 20
+    """A client's regex, matched in linear time (RE2: no backtracking;
+    backreferences and lookarounds, and patterns that compile to a large
+    program, are refused with a 400). lavinmq.http.name_filter bounds the
+    matching itself."""
     try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise HTTPError(400, f"bad regex: {reason}")
+        return name_filter.compile_pattern(pattern)
+    except name_filter.FilterRefused as exc:
+        raise HTTPError(400, str(exc))
 
 
 def _pick(item, cols):
