@@ -10,21 +10,40 @@ exchange's own argument wins over the policy. Kept per vhost in
 policies.json and operator_policies.json, applied at once to what exists
 and to what is declared later.
 """
+import contextlib
 import logging
 import os
-import re
 
 import orjson
 
 from lavinmq.args import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 
-try:        # linear-time matching: a pattern from a policymaker must not stall the loop
-    import re2 as _regex
-except ImportError:     # pragma: no cover - google-re2 is a dependency
-    _regex = re
+import re2
 
 log = logging.getLogger("lavinmq.policy")
+
+# Every policy's pattern is searched in each queue or exchange name that is
+# declared, and a change is matched against every existing one: what a
+# policymaker sets is work for the event loop. RE2 matches in linear time,
+# but its cost per byte grows with the compiled program, so the programs of
+# a vhost's policies are bounded in all (per table: a policymaker cannot
+# use up the operator policies' share). ~20 instructions make an ordinary
+# pattern (`^orders\.` is 4); at the worst RE2 spends ~5 ns per instruction
+# and byte of name, so a 255-byte name costs at most ~28 ms to match here.
+DEFAULT_MAX_INSTRUCTIONS = 20_000
+REGEX_MAX_MEM = 1 << 20     # a pattern's program and DFA cache; RE2's default is 8 MiB each
+
+
+def compile_pattern(pattern):
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = REGEX_MAX_MEM
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(f"pattern: {reason}") from None
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 # keys where the smallest of argument, policy and operator policy applies
@@ -58,12 +77,13 @@ def _shorter(a, b):
 
 
 class Policy:
-    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re")
+    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions")
 
     def __init__(self, name, pattern, apply_to, priority, definition):
         self.name, self.pattern, self.apply_to = name, pattern, apply_to
         self.priority, self.definition = priority, definition
-        self._re = _regex.compile(pattern)
+        self._re = compile_pattern(pattern)
+        self.instructions = self._re.programsize
 
     def matches(self, name, kind):
         if self.apply_to == "exchanges" and kind != "exchange":
@@ -85,10 +105,7 @@ def check_policy(body, operator=False):
     pattern = body.get("pattern")
     if not isinstance(pattern, str):
         raise ValueError("pattern is required (a regular expression)")
-    try:
-        _regex.compile(pattern)
-    except Exception as exc:
-        raise ValueError(f"pattern: {exc}") from None
+    compile_pattern(pattern)
     apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
@@ -112,8 +129,15 @@ class PolicyStore:
 
     def __init__(self, vhost):
         self.vhost = vhost
+        self.max_instructions = DEFAULT_MAX_INSTRUCTIONS     # per table; the server sets its setting
         self.policies = self._load("policies.json")
         self.operator = self._load("operator_policies.json")
+        self._order = {}            # operator -> the table's policies, the one that wins first
+        self._instructions = {False: sum(p.instructions for p in self.policies.values()),
+                              True: sum(p.instructions for p in self.operator.values())}
+        from lavinmq.policy_apply import PolicyApplier
+        self.applier = PolicyApplier(vhost)
+        self._unsaved = set()       # tables changed inside batch()
 
     # -- files ------------------------------------------------------------------
 
@@ -150,23 +174,58 @@ class PolicyStore:
     # -- changes ----------------------------------------------------------------
 
     def set(self, name, body, operator=False):
-        """-> True if it replaced one. Applies at once."""
+        """-> True if it replaced one. Applies at once: to what it can
+        change, in slices (lavinmq.policy_apply); `await applied()` waits."""
         p = check_policy(body, operator)
         table, filename = self._table(operator)
-        existed = name in table
-        table[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
-        self._save(filename, table)
-        self.vhost.apply_policies()
-        return existed
+        new = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
+        old = table.get(name)
+        total = self.instructions(operator) - (old.instructions if old else 0) + new.instructions
+        if total > self.max_instructions and new.instructions > (old.instructions if old else 0):
+            raise ValueError(f"the {'operator ' if operator else ''}policies of vhost '{self.vhost.name}' would "
+                             f"compile to {total} RE2 instructions, more than the {self.max_instructions} "
+                             f"allowed (max_policy_instructions): fewer or simpler patterns")
+        table[name] = new
+        self._instructions[operator] = total
+        self._changed(operator, filename, table, name)
+        return old is not None
 
     def delete(self, name, operator=False):
-        """-> False if there was none. Un-applies at once."""
+        """-> False if there was none. Un-applies at once, as set()."""
         table, filename = self._table(operator)
-        if table.pop(name, None) is None:
+        old = table.pop(name, None)
+        if old is None:
             return False
-        self._save(filename, table)
-        self.vhost.apply_policies()
+        self._instructions[operator] -= old.instructions
+        self._changed(operator, filename, table, name)
         return True
+
+    def _changed(self, operator, filename, table, name):
+        self._order.pop(operator, None)
+        if _batch is not None:
+            self._unsaved.add(operator)
+            _batch.add(self)
+            self.applier.note(operator, name)
+        else:
+            self._save(filename, table)
+            self.applier.changed(operator, name)
+
+    def flush_batch(self):
+        for operator in self._unsaved:
+            self._save(*reversed(self._table(operator)))
+        self._unsaved.clear()
+        self.applier.run()
+
+    def instructions(self, operator):
+        return self._instructions[operator]
+
+    def instructions_of(self, operator, name):
+        p = (self.operator if operator else self.policies).get(name)
+        return 0 if p is None else p.instructions
+
+    async def applied(self):
+        """Once every change so far has reached every queue and exchange."""
+        await self.applier.settled()
 
     def _table(self, operator):
         if operator:
@@ -183,21 +242,27 @@ class PolicyStore:
 
     # -- matching ---------------------------------------------------------------
 
-    @staticmethod
-    def _best(table, name, kind):
-        best = None
-        for p in table.values():
-            if p.matches(name, kind) and (best is None or p.priority > best.priority
-                                          or (p.priority == best.priority and p.name < best.name)):
-                best = p
-        return best
+    def ordered(self, operator):
+        """The table's policies in the order they win: highest priority
+        first, then by name (RabbitMQ's tie-break)."""
+        order = self._order.get(operator)
+        if order is None:
+            table = self.operator if operator else self.policies
+            order = self._order[operator] = sorted(table.values(), key=lambda p: (-p.priority, p.name))
+        return order
+
+    def best(self, operator, name, kind):
+        for p in self.ordered(operator):
+            if p.matches(name, kind):
+                return p
+        return None
 
     def effective(self, name, kind, arguments):
         """-> (policy, operator policy, effective definition, settings) for a
         queue or exchange: settings maps policy keys to what applies, with
         the object's own arguments taken into account."""
-        policy = self._best(self.policies, name, kind)
-        op = self._best(self.operator, name, kind) if kind == "queue" else None
+        policy = self.best(False, name, kind)
+        op = self.best(True, name, kind) if kind == "queue" else None
         arg_keys = QUEUE_ARG_KEYS if kind == "queue" else EXCHANGE_ARG_KEYS
         settings = {}
         for arg, key in arg_keys.items():
@@ -225,3 +290,29 @@ class PolicyStore:
                     definition[key] = value
                     settings.setdefault(key, value)
         return policy, op, definition or EMPTY, settings or EMPTY
+
+
+_batch = None       # the stores changed inside batch(), or None outside one
+
+
+@contextlib.contextmanager
+def batch():
+    """Many changes (a definitions import): each table is written once at
+    the end instead of once per policy. Applying starts at each change and
+    runs in slices either way."""
+    global _batch
+    if _batch is not None:
+        yield
+        return
+    _batch = set()
+    try:
+        yield
+    finally:
+        stores, _batch = _batch, None
+        for store in stores:
+            store.flush_batch()
+
+
+async def all_applied(vhosts):
+    for v in list(vhosts):
+        await v.policies.applied()

@@ -69,8 +69,10 @@ class Server:
         self._save_vhosts()
 
     def _new_vhost(self, name):
-        return VHost(name, self.data_dir, self.config.segment_size, self.syncer,
-                     consumer_timeout=getattr(self.config, "consumer_timeout", None))
+        vhost = VHost(name, self.data_dir, self.config.segment_size, self.syncer,
+                      consumer_timeout=getattr(self.config, "consumer_timeout", None))
+        vhost.policies.max_instructions = self.config.max_policy_instructions
+        return vhost
 
     def set_vhost_limits(self, name, limits):
         """max-connections / max-queues, as RabbitMQ's vhost limits; a

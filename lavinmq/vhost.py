@@ -496,6 +496,7 @@ class VHost:
             q.store.unmap_idle()
 
     def close(self):
+        self.policies.applier.stop()
         for q in self.queues.values():
             q.stop()
             q.store.close()

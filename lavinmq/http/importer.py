@@ -6,6 +6,7 @@ still fails while applying (a queue argument the vhost refuses, say) undoes
 what the import had done, so a bad file changes nothing. users.json is
 written once per import, not once per user (2,000 users used to hold the
 event loop for 12 s with an fsync each)."""
+from lavinmq import policy
 from lavinmq.auth.password import algorithm_name, check_hash
 from lavinmq.auth.users import Permissions
 from lavinmq.errors import AMQPError
@@ -90,6 +91,7 @@ def _check(server, body, only):
             checked.append((p, check_policy(p, operator), operator))
         except ValueError as exc:
             raise HTTPError(400, f"bad definitions: policy '{p['name']}': {exc}")
+    _check_policy_budget(server, checked, vhost_name)
     for x in exchanges:
         _str(x, "name", "an exchange")
         vhost_name(x, f"exchange '{x['name']}'")
@@ -116,20 +118,42 @@ def _check(server, body, only):
     return users, vhosts, perms, checked, exchanges, queues, bindings
 
 
+def _check_policy_budget(server, checked, vhost_name):
+    """Refused before anything is applied: policies past a vhost's
+    max_policy_instructions (20,000 policies would otherwise be applied,
+    one by one, before the last of them fails)."""
+    totals = {}         # (vhost, operator) -> instructions after the import
+    for p, clean, operator in checked:
+        name = vhost_name(p, "")
+        store = server.vhosts[name].policies if name in server.vhosts else None
+        key = (name, operator)
+        if key not in totals:
+            totals[key] = store.instructions(operator) if store is not None else 0
+        size = policy.compile_pattern(clean["pattern"]).programsize
+        totals[key] += size - (store.instructions_of(operator, p["name"]) if store is not None else 0)
+        limit = store.max_instructions if store is not None else server.config.max_policy_instructions
+        if totals[key] > limit:
+            raise HTTPError(400, f"bad definitions: the {'operator ' if operator else ''}policies of vhost "
+                                 f"'{name}' would compile to more than {limit} RE2 instructions "
+                                 f"(max_policy_instructions)")
+
+
 def import_definitions(server, body, only=None):
     users, vhosts, perms, policies, exchanges, queues, bindings = _check(server, body, only)
     undo = []
-    try:
-        with server.users.batch():
-            _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
-    except (KeyError, ValueError, TypeError, AMQPError) as exc:
-        for action in reversed(undo):
-            try:
-                action()
-            except Exception:       # best effort: the first error is the one to report
-                pass
-        text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
-        raise HTTPError(400, f"bad definitions, nothing imported: {text}")
+    # policies.json is written once per vhost, not once per policy
+    with policy.batch():
+        try:
+            with server.users.batch():
+                _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
+        except (KeyError, ValueError, TypeError, AMQPError) as exc:
+            for action in reversed(undo):
+                try:
+                    action()
+                except Exception:       # best effort: the first error is the one to report
+                    pass
+            text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
+            raise HTTPError(400, f"bad definitions, nothing imported: {text}")
 
 
 def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo):

@@ -406,6 +406,8 @@ async def post_definitions(request):
         vhost_of(request)
     from lavinmq.http.importer import import_definitions
     import_definitions(request.app["server"], body, only)
+    from lavinmq.policy import all_applied
+    await all_applied(request.app["server"].vhosts.values())   # policies apply in slices
     return web.Response(status=NO_CONTENT)
 
 
