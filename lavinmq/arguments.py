@@ -12,6 +12,7 @@ cannot be read back (nested too deep, integers past int64, keys over 255
 bytes) must be refused *before* anything changes; otherwise the file holds a
 frame that used to cut short every definition after it at the next start.
 """
+import math
 import re
 
 from lavinmq._core.codec import decode_table_bytes, encode_table_bytes
@@ -199,3 +200,25 @@ def check_storable(arguments, class_id, method_id):
         decode_table_bytes(encode_table_bytes(arguments))
     except Exception as exc:
         _fail(f"invalid arguments: {(str(exc) or type(exc).__name__)[:200]}", class_id, method_id)
+    # RabbitMQ cannot even decode NaN or an infinity (it drops the
+    # connection); stored here they would reach every API listing
+    where = _non_finite(arguments)
+    if where is not None:
+        _fail(f"invalid arguments: {where[:200]} is NaN or infinite", class_id, method_id)
+
+
+def _non_finite(value, path=""):
+    """The path of the first NaN or infinite number in a field value, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{path}.{k}" if path else str(k))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
