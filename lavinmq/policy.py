@@ -19,7 +19,7 @@ import orjson
 from lavinmq.args import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 
-import re2
+from lavinmq.name_regex import NameRegex
 
 log = logging.getLogger("lavinmq.policy")
 
@@ -36,14 +36,10 @@ REGEX_MAX_MEM = 1 << 20     # a pattern's program and DFA cache; RE2's default i
 
 
 def compile_pattern(pattern):
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = REGEX_MAX_MEM
     try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise ValueError(f"pattern: {reason}") from None
+        return NameRegex(pattern, REGEX_MAX_MEM)
+    except ValueError as exc:
+        raise ValueError(f"pattern: {exc}") from None
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 # keys where the smallest of argument, policy and operator policy applies
@@ -90,7 +86,7 @@ class Policy:
             return False
         if self.apply_to != "all" and self.apply_to != "exchanges" and kind != "queue":
             return False
-        return self._re.search(name) is not None
+        return self._re.search(name)
 
     def to_json(self):
         return {"pattern": self.pattern, "apply-to": self.apply_to, "priority": self.priority,

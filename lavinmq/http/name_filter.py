@@ -22,6 +22,8 @@ import time
 
 from aiohttp import web
 
+from lavinmq.name_regex import NameRegex
+
 MAX_PATTERN = 1024          # characters
 MAX_PROGRAM = 1000          # RE2 program size (instructions)
 MAX_MEM = 1 << 20           # RE2's memory for the compiled program and its DFA cache
@@ -36,17 +38,12 @@ class FilterRefused(ValueError):
 
 
 def compile_pattern(pattern):
-    import re2
     if len(pattern) > MAX_PATTERN:
         raise FilterRefused(f"regex longer than {MAX_PATTERN} characters")
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = MAX_MEM
     try:
-        rx = re2.compile(pattern, options)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise FilterRefused(f"bad regex: {reason}") from None
+        rx = NameRegex(pattern, MAX_MEM)
+    except ValueError as exc:
+        raise FilterRefused(f"bad regex: {exc}") from None
     if rx.programsize > MAX_PROGRAM:
         raise FilterRefused(f"bad regex: too complex ({rx.programsize} RE2 instructions, at most "
                             f"{MAX_PROGRAM}); use a simpler pattern")
@@ -68,7 +65,7 @@ async def select(items, rx, name_of):
             while i < n:
                 item = items[i]
                 i += 1
-                if rx.search(name_of(item)) is not None:
+                if rx.search(name_of(item)):
                     kept.append(item)
                 if not i & 7 and time.perf_counter() > deadline:
                     break
