@@ -75,10 +75,10 @@ def _shorter(a, b):
 class Policy:
     __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions")
 
-    def __init__(self, name, pattern, apply_to, priority, definition):
+    def __init__(self, name, pattern, apply_to, priority, definition, regex=None):
         self.name, self.pattern, self.apply_to = name, pattern, apply_to
         self.priority, self.definition = priority, definition
-        self._re = compile_pattern(pattern)
+        self._re = regex if regex is not None else compile_pattern(pattern)
         self.instructions = self._re.programsize
 
     def matches(self, name, kind):
@@ -96,12 +96,17 @@ class Policy:
 def check_policy(body, operator=False):
     """A policy body from the API or a definitions file -> its stored form;
     raises ValueError naming what is wrong."""
+    return checked_policy(body, operator)[0]
+
+
+def checked_policy(body, operator=False):
+    """-> (stored form, its compiled pattern), as check_policy."""
     if not isinstance(body, dict):
         raise ValueError("a policy must be an object")
     pattern = body.get("pattern")
     if not isinstance(pattern, str):
         raise ValueError("pattern is required (a regular expression)")
-    compile_pattern(pattern)
+    regex = compile_pattern(pattern)
     apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
@@ -117,7 +122,7 @@ def check_policy(body, operator=False):
             raise ValueError(f"not allowed in an operator policy: {', '.join(unknown)}")
         if apply_to == "exchanges":
             raise ValueError("operator policies apply to queues")
-    return {"pattern": pattern, "apply-to": apply_to, "priority": priority, "definition": definition}
+    return {"pattern": pattern, "apply-to": apply_to, "priority": priority, "definition": definition}, regex
 
 
 class PolicyStore:
@@ -152,8 +157,8 @@ class PolicyStore:
             return out
         for name, body in data.items():
             try:
-                p = check_policy(body, operator=filename.startswith("operator"))
-                out[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
+                p, regex = checked_policy(body, operator=filename.startswith("operator"))
+                out[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"], regex)
             except ValueError as exc:
                 log.error("vhost %s: policy %r in %s ignored: %s", self.vhost.name, name, filename, exc)
         return out
@@ -169,12 +174,16 @@ class PolicyStore:
 
     # -- changes ----------------------------------------------------------------
 
-    def set(self, name, body, operator=False):
+    def set(self, name, body, operator=False, regex=None):
         """-> True if it replaced one. Applies at once: to what it can
-        change, in slices (lavinmq.policy_apply); `await applied()` waits."""
-        p = check_policy(body, operator)
+        change, in slices (lavinmq.policy_apply); `await applied()` waits.
+        With regex (from checked_policy), body is already checked."""
+        if regex is None:
+            p, regex = checked_policy(body, operator)
+        else:
+            p = body
         table, filename = self._table(operator)
-        new = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
+        new = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"], regex)
         old = table.get(name)
         total = self.instructions(operator) - (old.instructions if old else 0) + new.instructions
         if total > self.max_instructions and new.instructions > (old.instructions if old else 0):

@@ -42,7 +42,6 @@ def _tags(u):
 
 def _check(server, body, only):
     """Everything that can be known before applying; HTTPError(400) naming it."""
-    from lavinmq.policy import check_policy
     users, vhosts, perms = (_items(body, k) for k in ("users", "vhosts", "permissions"))
     policies, exchanges, queues, bindings = (_items(body, k) for k in ("policies", "exchanges", "queues",
                                                                         "bindings"))
@@ -84,14 +83,16 @@ def _check(server, body, only):
         return name
 
     checked = []
+    budget = _PolicyBudget(server)
     for p, operator in [(p, False) for p in policies] + [(p, True) for p in _items(body, "operator_policies")]:
         _str(p, "name", "a policy")
-        vhost_name(p, f"policy '{p['name']}'")
+        vhost = vhost_name(p, f"policy '{p['name']}'")
         try:
-            checked.append((p, check_policy(p, operator), operator))
+            clean, regex = policy.checked_policy(p, operator)
         except ValueError as exc:
             raise HTTPError(400, f"bad definitions: policy '{p['name']}': {exc}")
-    _check_policy_budget(server, checked, vhost_name)
+        budget.add(vhost, p["name"], regex, operator)
+        checked.append((p, clean, regex, operator))
     for x in exchanges:
         _str(x, "name", "an exchange")
         vhost_name(x, f"exchange '{x['name']}'")
@@ -118,23 +119,25 @@ def _check(server, body, only):
     return users, vhosts, perms, checked, exchanges, queues, bindings
 
 
-def _check_policy_budget(server, checked, vhost_name):
-    """Refused before anything is applied: policies past a vhost's
-    max_policy_instructions (20,000 policies would otherwise be applied,
-    one by one, before the last of them fails)."""
-    totals = {}         # (vhost, operator) -> instructions after the import
-    for p, clean, operator in checked:
-        name = vhost_name(p, "")
-        store = server.vhosts[name].policies if name in server.vhosts else None
-        key = (name, operator)
-        if key not in totals:
-            totals[key] = store.instructions(operator) if store is not None else 0
-        size = policy.compile_pattern(clean["pattern"]).programsize
-        totals[key] += size - (store.instructions_of(operator, p["name"]) if store is not None else 0)
-        limit = store.max_instructions if store is not None else server.config.max_policy_instructions
-        if totals[key] > limit:
+class _PolicyBudget:
+    """Policies past a vhost's max_policy_instructions are refused before
+    anything is applied, and as soon as the import passes it (20,000
+    policies would otherwise all be compiled first)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.totals = {}        # (vhost, operator) -> instructions after the import
+
+    def add(self, vhost, name, regex, operator):
+        store = self.server.vhosts[vhost].policies if vhost in self.server.vhosts else None
+        key = (vhost, operator)
+        if key not in self.totals:
+            self.totals[key] = store.instructions(operator) if store is not None else 0
+        self.totals[key] += regex.programsize - (store.instructions_of(operator, name) if store is not None else 0)
+        limit = store.max_instructions if store is not None else self.server.config.max_policy_instructions
+        if self.totals[key] > limit:
             raise HTTPError(400, f"bad definitions: the {'operator ' if operator else ''}policies of vhost "
-                                 f"'{name}' would compile to more than {limit} RE2 instructions "
+                                 f"'{vhost}' would compile to more than {limit} RE2 instructions "
                                  f"(max_policy_instructions)")
 
 
@@ -180,10 +183,10 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
     for p in perms:
         server.users.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
                                      p.get("read", ""))
-    for p, clean, operator in policies:
+    for p, clean, regex, operator in policies:
         v = vhost_for(p)
         old = v.policies.get(p["name"], operator)
-        v.policies.set(p["name"], clean, operator)
+        v.policies.set(p["name"], clean, operator, regex)
         undo.append(lambda v=v, name=p["name"], old=old, op=operator:
                     v.policies.set(name, old, op) if old else v.policies.delete(name, op))
     for x in exchanges:
