@@ -64,6 +64,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase_opened = False
         self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
         self.tls = False
+        self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -83,6 +84,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
 
     def connection_lost(self, exc):
         churn.count("connection_closed")
+        if self.login_pending is not None:
+            self.login_pending.cancel()
+            self.login_pending = None
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
@@ -216,7 +220,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         raise CommandInvalid(f"unexpected method {key[0]}/{key[1]} during handshake", *key)
 
     def _start_ok(self, client_properties, mechanism, response, locale):
-        if self.user is not None:
+        if self.user is not None or self.login_pending is not None:
             raise CommandInvalid("connection.start-ok sent twice", 10, 11)
         self.client_properties = client_properties or {}
         caps = self.client_properties.get("capabilities")
@@ -236,21 +240,40 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
         throttle = getattr(self.server, "login_throttle", None)
         address = self.peer[0] if isinstance(self.peer[0], str) else ""
-        if throttle is not None and throttle.blocked_for(address):
-            # backing off: refused without looking at the password
+        key = throttle.key(address, username, self.server.users.get(username) is not None) \
+            if throttle is not None and username is not None else None
+        delay = throttle.delay_for(*key) if key is not None else 0.0
+        if not delay:
+            return self._login(mechanism, username, password, address, key)
+        # backing off: the answer (whatever the password) comes late, so a
+        # guesser learns slowly and a user who knows the password still gets in
+        self.block_reading()
+        self.login_pending = asyncio.get_running_loop().call_later(
+            delay, self._late_login, mechanism, username, password, address, key)
+
+    def _late_login(self, mechanism, username, password, address, key):
+        self.login_pending = None
+        if self.phase != 1 or self.transport is None:
+            return
+        try:
+            self._login(mechanism, username, password, address, key)
+        except AMQPError as exc:
+            self.connection_error(exc)
+        self.flush()
+        if self.phase == 1:
+            self.paused_reading = False
+            self.transport.resume_reading()
+
+    def _login(self, mechanism, username, password, address, key):
+        user = self.server.users.authenticate(username, password) if username is not None else None
+        if user is not None and user.loopback_only and not is_loopback_address(address):
+            _login_log("user %s may only connect from loopback, refused from %s", username, address)
             user = None
-            _login_log("login refused for user %r from %s: too many failed logins, backing off", username,
-                       address)
-        else:
-            user = self.server.users.authenticate(username, password) if username is not None else None
-            if user is not None and user.loopback_only and not is_loopback_address(address):
-                _login_log("user %s may only connect from loopback, refused from %s", username, address)
-                user = None
-            elif user is None:
-                _login_log("login refused for user %r from %s", username, self.name)
-            if throttle is not None:
-                throttle.succeeded(address) if user is not None else throttle.failed(address)
+        elif user is None:
+            _login_log("login refused for user %r from %s", username, self.name)
         if user is None:
+            if key is not None:
+                self.server.login_throttle.failed(*key)
             raise AccessRefusedHard(
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)

@@ -52,7 +52,7 @@ async def errors_and_auth(request, handler):
         if request.method not in SAFE_METHODS:
             check_not_cross_site(request)
         if not request.app.get("open"):
-            request["user"] = authenticate(request)
+            request["user"] = await authenticate(request)
         return await handler(request)
     except HTTPError as exc:
         headers = {"WWW-Authenticate": 'Basic realm="LavinMQ Management"'} if exc.status == 401 else None
@@ -97,7 +97,7 @@ def check_not_cross_site(request):
         raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
 
 
-def authenticate(request):
+async def authenticate(request):
     import base64
     import binascii
     header = request.headers.get("Authorization", "")
@@ -110,15 +110,16 @@ def authenticate(request):
     server = request.app["server"]
     peer = request.remote or ""
     throttle = server.login_throttle
-    if throttle.blocked_for(peer):
-        _login_log("HTTP login refused for user %r from %s: too many failed logins, backing off", user, peer)
-        raise HTTPError(401, "Login failed")
+    key = throttle.key(peer, user, server.users.get(user) is not None)
+    delay = throttle.delay_for(*key)
+    if delay:
+        # backing off (lavinmq.auth.throttle): answered late, whatever the password
+        await asyncio.sleep(delay)
     u = server.users.authenticate(user, password)
     if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
-        throttle.failed(peer)
+        throttle.failed(*key)
         _login_log("HTTP login refused for user %r from %s", user, peer)
         raise HTTPError(401, "Login failed")
-    throttle.succeeded(peer)
     if not u.tags:
         raise HTTPError(401, "Login failed")       # users without any tag have no management access
     return u
