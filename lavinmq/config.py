@@ -72,6 +72,7 @@ class Config:
     load_definitions: str | None = None  # a definitions JSON file imported at start (LavinMQ's)
     max_consumers_per_channel: int = 0   # 0: no limit
     max_policy_instructions: int = 20_000   # RE2 program size of a vhost's policies, in all (lavinmq.policy)
+    max_deduplication_cache_size: int = 1_000_000   # x-cache-size a queue or exchange may ask for
     # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
     handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
     http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
@@ -184,6 +185,8 @@ OPTIONS = {
     "load_definitions": Option("str", (("main", "load_definitions"),), optional=True),
     "max_consumers_per_channel": Option("int", (("amqp", "max_consumers_per_channel"),), lo=0, hi=2 ** 31 - 1),
     "max_policy_instructions": Option("int", (("main", "max_policy_instructions"),), lo=100, hi=2 ** 31 - 1),
+    "max_deduplication_cache_size": Option("int", (("main", "max_deduplication_cache_size"),), lo=1,
+                                           hi=2 ** 28),
     "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
     "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
     "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),

@@ -72,6 +72,7 @@ class Server:
         vhost = VHost(name, self.data_dir, self.config.segment_size, self.syncer,
                       consumer_timeout=getattr(self.config, "consumer_timeout", None))
         vhost.policies.max_instructions = self.config.max_policy_instructions
+        vhost.max_dedup_cache_size = self.config.max_deduplication_cache_size
         return vhost
 
     def set_vhost_limits(self, name, limits):

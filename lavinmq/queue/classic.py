@@ -9,6 +9,7 @@ import time
 
 from lavinmq._core.queue import Queue as CoreQueue
 from lavinmq.args import EMPTY, check_equivalent
+from lavinmq.errors import PreconditionFailed
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -18,12 +19,29 @@ def log_name(name, vhost_name):
     return f"'{name}' in vhost '{vhost_name}'"
 
 
-def make_deduper(arguments):
-    """x-message-deduplication's companions, as LavinMQ reads them."""
+DEFAULT_MAX_DEDUP_CACHE_SIZE = 1_000_000     # [main] max_deduplication_cache_size
+
+
+def make_deduper(arguments, max_size):
+    """x-message-deduplication's companions, as LavinMQ reads them. The
+    size was checked against max_size when declared (check_dedup_size); a
+    definition from before the cap, or from a larger one, is cut to it."""
     from lavinmq._core.dedup import Deduper
     header = arguments.get("x-deduplication-header")
     return Deduper(header if isinstance(header, str) else None,
-                   arguments.get("x-cache-size") or 128, arguments.get("x-cache-ttl") or None)
+                   min(arguments.get("x-cache-size") or 128, max_size), arguments.get("x-cache-ttl") or None)
+
+
+def check_dedup_size(arguments, max_size, class_id, method_id):
+    """x-cache-size is the tenant's to choose: up to the broker's
+    max_deduplication_cache_size, so that what a cache may take (40 bytes
+    an entry, allocated at once) is known before it is taken."""
+    if not arguments or arguments.get("x-message-deduplication") is not True:
+        return
+    size = arguments.get("x-cache-size")
+    if isinstance(size, int) and size > max_size:
+        raise PreconditionFailed(f"x-cache-size {size} is larger than the broker allows "
+                                 f"(max_deduplication_cache_size {max_size})", class_id, method_id)
 
 
 class Queue(CoreQueue):
@@ -54,7 +72,7 @@ class Queue(CoreQueue):
         if self.arguments.get("x-single-active-consumer") is True:
             self.set_single_active(True)
         if self.arguments.get("x-message-deduplication") is True:
-            self.set_dedup(make_deduper(self.arguments))
+            self.set_dedup(make_deduper(self.arguments, vhost.max_dedup_cache_size))
         if not store.fresh and os.path.exists(self._paused_path):
             self.set_paused(True)
 
