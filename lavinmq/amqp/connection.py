@@ -12,7 +12,7 @@ from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.auth.users import is_loopback_address
-from lavinmq.listener import RateLimitedLog
+from lavinmq.listener import LOGGING_IN, TALKING, RateLimitedLog
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
@@ -78,6 +78,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.accepted = time.monotonic()    # handshake_timeout counts from here
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        if self.ticket is not None:
+            self.ticket.close = transport.abort     # the guard may need the slot before login
         self.server.connections.add(self)
         churn.count("connection_created")
         log.debug("connection from %s", self.name)
@@ -136,6 +138,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     # -- handshake ------------------------------------------------------------------
 
     def on_protocol_header(self):
+        if self.ticket is not None:
+            self.ticket.progress(TALKING)
         props = {
             "product": "LavinMQ",
             "version": lavinmq.__version__,
@@ -222,6 +226,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     def _start_ok(self, client_properties, mechanism, response, locale):
         if self.user is not None or self.login_pending is not None:
             raise CommandInvalid("connection.start-ok sent twice", 10, 11)
+        if self.ticket is not None:
+            self.ticket.progress(LOGGING_IN)
         self.client_properties = client_properties or {}
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -312,6 +318,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         vhost.connections.add(self)
         self.phase = 2
         self.phase_opened = True
+        if self.ticket is not None:
+            self.ticket.login()
         self.send_method(0, 10, 41, ("",))
         reason = self.server.alarm_reason
         self.state.blocked = reason is not None

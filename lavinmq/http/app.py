@@ -53,6 +53,9 @@ async def errors_and_auth(request, handler):
             check_not_cross_site(request)
         if not request.app.get("open"):
             request["user"] = await authenticate(request)
+            ticket = getattr(request.protocol, "ticket", None)
+            if ticket is not None:
+                ticket.login()      # no longer a socket the connection guard may close for room
         return await handler(request)
     except HTTPError as exc:
         headers = {"WWW-Authenticate": 'Basic realm="LavinMQ Management"'} if exc.status == 401 else None
