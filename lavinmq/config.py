@@ -75,6 +75,7 @@ class Config:
     max_deduplication_cache_size: int = 1_000_000   # x-cache-size a queue or exchange may ask for
     # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
     handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
+    unfinished_timeout: int = 30        # s an unfinished body or large transaction may make no progress
     http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
     max_connections: int = 0            # open sockets, all listeners; 0 = the fd limit less a reserve
     max_connections_per_address: int = 0   # from one source address; 0 = half of max_connections
@@ -188,6 +189,7 @@ OPTIONS = {
     "max_deduplication_cache_size": Option("int", (("main", "max_deduplication_cache_size"),), lo=1,
                                            hi=2 ** 28),
     "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
+    "unfinished_timeout": Option("int", (("amqp", "unfinished_timeout"),), lo=1, hi=86400),
     "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
     "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),
     "max_connections_per_address": Option("int", (("main", "max_connections_per_address"),),

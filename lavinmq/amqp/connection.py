@@ -40,6 +40,15 @@ CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
 # receive buffer sends a reset, which a client that calls Close() from two
 # threads at once sees as an error.
 LINGER_AFTER_CLOSE_OK = 1.0
+# Unfinished message bodies (any) and open transactions (holding at least
+# STALL_BYTES) must make progress: their bytes are held in memory, and a
+# tenant that stops half way held them (and the memory alarm, which blocks
+# every vhost's publishers) for minutes. No progress for [amqp]
+# unfinished_timeout seconds while we read the socket closes the
+# connection; under the memory alarm ALARM_GRACE seconds do, the connection
+# holding most first (lavinmq.server.check_memory).
+ALARM_GRACE = 3.0
+STALL_BYTES = 1 << 20
 
 
 class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
@@ -65,6 +74,7 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
         self.tls = False
         self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
+        self._stall = None          # (progress marker, since) of unfinished content
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -438,6 +448,27 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                     60, 80))
                 self.flush()
 
+    # -- unfinished content (driven by the server's housekeeping timer) -------------
+
+    @property
+    def held_bytes(self):
+        """Declared bytes of the bodies being received, and bytes of open transactions."""
+        return self.state.assembling + self.state.tx_held
+
+    def stalled_for(self, now):
+        """Seconds the connection's unfinished content (bodies, transactions
+        of STALL_BYTES or more) has not moved; 0 when it has none."""
+        st = self.state
+        if not st.assembling and st.tx_held < STALL_BYTES:
+            self._stall = None
+            return 0.0
+        left = sum(ch.content_left() for ch in self.open_channels()) if st.assembling else 0
+        marker = (st.publishes, left, st.tx_held)
+        if self._stall is None or self._stall[0] != marker:
+            self._stall = (marker, now)
+            return 0.0
+        return now - self._stall[1]
+
     # -- heartbeats (driven by the server's housekeeping timer) ----------------------
 
     def check_heartbeat(self, now):
@@ -449,7 +480,16 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             if self.transport is not None:
                 self.transport.abort()
             return
-        if self.phase != 2 or not self.heartbeat_interval:
+        if self.phase != 2:
+            return
+        timeout = self.config.unfinished_timeout
+        if self.stalled_for(now) > timeout and not self.state.blocked:
+            log.warning("%s: unfinished message bodies or transactions (%d bytes) made no progress for %d s, "
+                        "closing", self.name, self.held_bytes, timeout)
+            self.close(320, f"CONNECTION_FORCED - unfinished message bodies or transactions made no progress "
+                            f"for {timeout} s")
+            return
+        if not self.heartbeat_interval:
             return
         if now - self.last_recv > 2 * self.heartbeat_interval:
             log.warning("%s missed heartbeats, closing", self.name)
