@@ -20,7 +20,12 @@ from lavinmq.errors import PreconditionFailed
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 INT64_MAX = 2 ** 63 - 1
-MAX_AGE = re.compile(r"\A\d+[YMDhms]\Z")
+MAX_AGE = re.compile(r"\A(\d+)([YMDhms])\Z")
+AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y": 365 * 86400}
+# A max-age or an x-stream-offset interval becomes milliseconds in 64 bits:
+# "99999999999999999999Y" answered 541 (an overflow) and, as a policy, broke
+# every policy of the streams it matched. 10,000 years is past any use.
+MAX_AGE_SECONDS = 10_000 * 365 * 86400
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 # quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
 QUEUE_TYPES = ("classic", "quorum", "stream")
@@ -62,8 +67,12 @@ class Arg:
             raise ValueError(f"{self.name} header not a string")
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.name} header must be one of {', '.join(self.choices)}, not '{value}'")
-        if self.kind == "age" and not MAX_AGE.match(value):
-            raise ValueError(f"{self.name} header format invalid (a number and one of Y M D h m s)")
+        if self.kind == "age":
+            m = MAX_AGE.match(value)
+            if not m:
+                raise ValueError(f"{self.name} header format invalid (a number and one of Y M D h m s)")
+            if int(m.group(1)) * AGE_UNIT_SECONDS[m.group(2)] > MAX_AGE_SECONDS:
+                raise ValueError(f"{self.name} header too large (at most 10000Y)")
         return value
 
 
