@@ -294,6 +294,7 @@ async def pause_queue(request):
     require(request, MANAGEMENT)
     vhost, q = _queue(request)
     _check_user(request, "configure", vhost, q.name)
+    _not_exclusive(vhost, q, 10)        # another connection's exclusive queue is not ours to stop
     if request.match_info["action"] == "pause":
         q.pause()
     else:
