@@ -700,6 +700,19 @@ cdef class Channel:
             q.add_unacked_from_get(sp.size)
         return True
 
+    def time_held(self, Queue queue, uint64_t now):
+        """A consumer timeout now applies to `queue` (a policy, a setting):
+        what this channel holds of it unacked, delivered while it had none
+        and so never timed, is timed from now."""
+        cdef Py_ssize_t i
+        cdef Unacked *u
+        if queue not in self.queues:
+            return
+        for i in range(self.u_head, self.u_tail):
+            u = &self.unacked[i]
+            if not u.done and u.delivered_at == 0 and self.queues[u.queue_idx] is queue:
+                u.delivered_at = now
+
     def overdue(self, uint64_t now):
         """-> the consumer timeout (ms) of the first queue whose oldest
         delivery on this channel is unacked past it, or 0. Called once a

@@ -106,6 +106,13 @@ class Queue(CoreQueue):
                             dlx=dlx, dlrk=settings.get("dead-letter-routing-key") if dlx is not None else None)
         self.set_delivery_limit(settings.get("delivery-limit"))
         timeout = settings.get("consumer-timeout", self.vhost.consumer_timeout)
+        if timeout and not self.consumer_timeout and self.unacked_count:
+            # deliveries made while the queue had no timeout were not timed:
+            # they are from now (a policy set later used to miss them)
+            now = int(time.time() * 1000)
+            for conn in list(self.vhost.connections):
+                for ch in conn.open_channels():
+                    ch.time_held(self, now)
         self.consumer_timeout = timeout or 0
         expires = settings.get("expires")
         if expires != self.expires:
