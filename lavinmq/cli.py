@@ -83,10 +83,10 @@ def main(argv=None) -> int:
         print(f"lavinmq: error: {exc}", file=sys.stderr)
         return 2
     try:
-        from lavinmq import server   # imported late: --help must not pay for the broker's imports
+        from lavinmq import launcher   # imported late: --help must not pay for the broker's imports
         from lavinmq.listener import ListenError
         try:
-            return server.run(config)
+            return launcher.run(config)
         except (ConfigError, ListenError) as exc:
             # a port in use, a certificate that does not load: one line, no traceback
             if config.log_file:

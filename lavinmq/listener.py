@@ -85,20 +85,30 @@ class RateLimitedLog:
 # got least far first (a flood of idle sockets cannot push out a client in
 # the middle of its handshake)
 SILENT, TALKING, LOGGING_IN = 0, 1, 2
+PEEK_SILENT = 16        # silent sockets looked at for unread bytes before one is closed
 
 
 class Ticket:
     """One admitted socket; release() is idempotent. `close` (set by whoever
     owns the socket) ends it when the guard needs its slot back."""
-    __slots__ = ("guard", "key", "released", "logged_in", "stage", "close")
+    __slots__ = ("guard", "key", "released", "logged_in", "stage", "close", "sock")
 
-    def __init__(self, guard, key):
+    def __init__(self, guard, key, sock=None):
         self.guard = guard
         self.key = key
         self.released = False
         self.logged_in = False
         self.stage = SILENT
         self.close = None
+        self.sock = sock            # to see whether a silent one has sent what we did not read yet
+
+    def has_unread_bytes(self):
+        if self.sock is None:
+            return False
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except OSError:
+            return False
 
     @property
     def address(self):
@@ -152,7 +162,7 @@ class ConnectionGuard:
         self.dropped = 0            # closed before login to make room
         self._log = RateLimitedLog(log)
 
-    def admit(self, address, kind="amqp"):
+    def admit(self, address, kind="amqp", sock=None):
         """-> Ticket, or None when a cap is reached (the caller closes the socket)."""
         key = (kind, address)
         if self.total >= self.max_total and not self._drop(self.waiting, address):
@@ -171,7 +181,7 @@ class ConnectionGuard:
         mine = self.waiting_by_key.get(key)
         if mine is not None and mine[1] >= self.max_waiting_per_address:
             self._drop(mine[0], address)
-        ticket = Ticket(self, key)
+        ticket = Ticket(self, key, sock)
         self.total += 1
         self.by_key[key] = self.by_key.get(key, 0) + 1
         self._wait(ticket)
@@ -180,6 +190,17 @@ class ConnectionGuard:
     def _drop(self, stages, newcomer):
         """Close the socket that got least far, oldest first, of `stages`
         (not logged in) -> whether there was one."""
+        # a "silent" socket may only be one whose bytes the loop has not
+        # read yet (a client that sent its protocol header, on a busy
+        # broker): a look at a few of the oldest moves those on
+        for _ in range(PEEK_SILENT):
+            silent = stages[SILENT]
+            if not silent:
+                break
+            ticket = next(iter(silent))
+            if not ticket.has_unread_bytes():
+                break
+            ticket.progress(TALKING)
         for pool in stages:
             if pool:
                 ticket = next(iter(pool))
@@ -310,7 +331,7 @@ class Listener:
                 self._log("%s: accept failed: %s", self.name, exc)
                 return
             host = addr[0] if isinstance(addr, tuple) else ""
-            ticket = self.guard.admit(host, self.kind)
+            ticket = self.guard.admit(host, self.kind, conn)
             if ticket is None:
                 _close_now(conn)
                 continue

@@ -16,7 +16,7 @@ import os
 
 import orjson
 
-from lavinmq.args import EMPTY
+from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 
 from lavinmq.name_regex import NameRegex
@@ -99,14 +99,17 @@ def check_policy(body, operator=False):
     return checked_policy(body, operator)[0]
 
 
-def checked_policy(body, operator=False):
-    """-> (stored form, its compiled pattern), as check_policy."""
+def checked_policy(body, operator=False, compiled=None):
+    """-> (stored form, its compiled pattern), as check_policy; compiled
+    (pattern -> NameRegex) may hold the pattern compiled already."""
     if not isinstance(body, dict):
         raise ValueError("a policy must be an object")
     pattern = body.get("pattern")
     if not isinstance(pattern, str):
         raise ValueError("pattern is required (a regular expression)")
-    regex = compile_pattern(pattern)
+    regex = compiled.get(pattern) if compiled else None
+    if regex is None:
+        regex = compile_pattern(pattern)
     apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
@@ -295,6 +298,29 @@ class PolicyStore:
                     definition[key] = value
                     settings.setdefault(key, value)
         return policy, op, definition or EMPTY, settings or EMPTY
+
+    # -- applying -----------------------------------------------------------------
+
+    def apply_to_queue(self, q):
+        q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+
+    def apply_to_exchange(self, ex):
+        policy, _, definition, settings = self.effective(ex.name, "exchange", ex.arguments)
+        ex.policy = policy.name if policy else None
+        ex.effective_policy_definition = definition
+        # the exchange's own argument wins over this (the routing core keeps both)
+        ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+
+    def apply_all(self):
+        """Every queue and exchange gets what applies now (at boot; a
+        change is applied where it can matter, by lavinmq.policy_apply)."""
+        for q in list(self.vhost.queues.values()):
+            try:
+                self.apply_to_queue(q)
+            except Exception:
+                log.exception("vhost %s: applying policies to queue %s failed", self.vhost.name, q.name)
+        for ex in self.vhost.exchanges.values():
+            self.apply_to_exchange(ex)
 
 
 _batch = None       # the stores changed inside batch(), or None outside one

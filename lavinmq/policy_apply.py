@@ -97,9 +97,9 @@ class PolicyApplier:
                 if table.get(obj.name) is obj and (everything or _affected(store, changes, obj, kind)):
                     try:
                         if kind == "queue":
-                            vhost._apply_policy(obj, kind)
+                            store.apply_to_queue(obj)
                         else:
-                            vhost._apply_exchange_policy(obj)
+                            store.apply_to_exchange(obj)
                     except Exception:
                         log.exception("vhost %s: applying policies to %s %r failed", vhost.name, kind, obj.name)
                 yield

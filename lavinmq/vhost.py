@@ -7,13 +7,14 @@ import shutil
 import base64
 
 from lavinmq import churn, definitions as defs
+from lavinmq.definitions_store import DefinitionsStore
 from lavinmq._core.routing import RoutingVersion
 from lavinmq._core.prio_store import PriorityMessageStore
 from lavinmq._core.segment import MessageStore, entity_dir, name_digest as sha1  # noqa: F401 (sha1: server, tests)
-from lavinmq.args import check_equivalent
+from lavinmq.arguments import check_equivalent
 from lavinmq import arguments as argspec
-from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceError, ResourceLocked
-from lavinmq.exchange import DefaultExchange, Exchange, exchange_class, freeze
+from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from lavinmq.exchange import DefaultExchange, exchange_class, freeze
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
 from lavinmq.queue.classic import DEFAULT_MAX_DEDUP_CACHE_SIZE, check_dedup_size, log_name, make_deduper
@@ -65,132 +66,29 @@ class VHost:
         self.limits = {}            # "max-connections", "max-queues"
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
-        self.definitions = defs.DefinitionsFile(os.path.join(self.dir, "definitions.amqp"), syncer)
+        self.definitions = DefinitionsStore(self, syncer)
         self.policies = PolicyStore(self)
         self._predeclare()
-        self._load()
-        self.definitions.open()
-        fsync_dir(self.dir)     # definitions.amqp's name (new, or rewritten by _load) is durable
+        self.definitions.load()
+        fsync_dir(self.dir)     # definitions.amqp's name (new, or rewritten by load) is durable
         for q in self.queues.values():
             q.note_message_ttls()       # stored messages may carry their own expiration
-        self.apply_policies()
-
-    # -- boot ------------------------------------------------------------------
-
-    def _predeclare(self):
-        self.exchanges[""] = DefaultExchange(self, "", durable=True)
-        for name, type_name in PREDECLARED:
-            self.exchanges[name] = exchange_class(type_name)(self, name, durable=True)
-
-    def _load(self):
-        for key, args in self.definitions.frames():
-            try:
-                self._replay(key, args)
-            except Exception as exc:
-                log.warning("vhost %s: skipping definition %s %r: %s", self.name, key, args, exc)
-        # what survived is written back compactly: replays stop growing the file
-        try:
-            self.definitions.rewrite(self._definition_frames())
-        except OSError as exc:      # e.g. a full disk: the file as read is still good
-            log.warning("vhost %s: definitions not compacted: %s", self.name, exc)
-        self._set_aside_orphans()
-
-    def _set_aside_orphans(self):
-        """Queue directories that no durable queue owns (a definition lost
-        to a bug or a damaged file) are reported and moved out of the way to
-        orphaned/, never silently deleted: they may hold the only copy of
-        confirmed messages."""
-        owned = {os.path.basename(q.store.dir) for q in self.queues.values()}
-        try:
-            entries = os.listdir(self.dir)
-        except OSError:
-            return
-        for entry in entries:
-            if len(entry) != 40 or entry in owned or not all(c in "0123456789abcdef" for c in entry):
-                continue
-            path = os.path.join(self.dir, entry)
-            if not os.path.isdir(path):
-                continue
-            segments = [f for f in os.listdir(path) if f.startswith("msgs.")]
-            if not segments:
-                shutil.rmtree(path, ignore_errors=True)
-                log.warning("vhost %s: removed empty queue directory %s that no queue owns", self.name, entry)
-                continue
-            dest = os.path.join(self.dir, "orphaned", entry)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.replace(path, dest)
-            log.error("vhost %s: queue directory %s (%d segment files) belongs to no queue: moved to %s",
-                      self.name, entry, len(segments), dest)
-
-    def _replay(self, key, args):
-        if key == defs.EXCHANGE_DECLARE:
-            _, name, type_name, _, durable, auto_delete, internal, _, arguments = args
-            self.declare_exchange(name, type_name, durable, auto_delete, internal, arguments, persist=False)
-        elif key == defs.EXCHANGE_DELETE:
-            self.delete_exchange(args[1], persist=False)
-        elif key == defs.QUEUE_DECLARE:
-            _, name, _, durable, exclusive, auto_delete, _, arguments = args
-            self.declare_queue(name, durable, None, auto_delete, arguments, persist=False)
-        elif key == defs.QUEUE_DELETE:
-            self.delete_queue(args[1], persist=False)
-        elif key == defs.QUEUE_BIND:
-            _, queue, exchange, rk, _, arguments = args
-            self.bind_queue(queue, exchange, rk, arguments, persist=False)
-        elif key == defs.QUEUE_UNBIND:
-            _, queue, exchange, rk, arguments = args
-            self.unbind_queue(queue, exchange, rk, arguments, persist=False)
-        elif key == defs.EXCHANGE_BIND:
-            _, dest, src, rk, _, arguments = args
-            self.bind_exchange(dest, src, rk, arguments, persist=False)
-        elif key == defs.EXCHANGE_UNBIND:
-            _, dest, src, rk, _, arguments = args
-            self.unbind_exchange(dest, src, rk, arguments, persist=False)
-
-    def _definition_frames(self):
-        out = []
-        for ex in self.exchanges.values():
-            if ex.durable and not isinstance(ex, DefaultExchange) and not ex.name.startswith("amq."):
-                out.append((defs.EXCHANGE_DECLARE, (0, ex.name, ex.type, False, True, ex.auto_delete,
-                                                    ex.internal, False, ex.arguments)))
-        for q in self.queues.values():
-            if q.durable and not q.exclusive:
-                out.append((defs.QUEUE_DECLARE, (0, q.name, False, True, False, q.auto_delete, False,
-                                                 q.arguments)))
-        for ex in self.exchanges.values():
-            for b in ex.bindings.values():
-                if self._binding_durable(ex, b.destination):
-                    if isinstance(b.destination, Exchange):
-                        out.append((defs.EXCHANGE_BIND, (0, b.destination.name, ex.name, b.routing_key,
-                                                         False, b.arguments)))
-                    else:
-                        out.append((defs.QUEUE_BIND, (0, b.destination.name, ex.name, b.routing_key,
-                                                      False, b.arguments)))
-        return out
-
-    def _persist(self, key, args):
-        try:
-            self.definitions.append(key, args)
-        except OSError as exc:
-            raise ResourceError(f"cannot store the definition: {exc.strerror or exc}", *key) from None
-
-    def _compact_if_needed(self):
-        """After a removal has changed the live state (never before: the
-        rewrite is made from it)."""
-        if self.definitions.needs_compaction():
-            try:
-                self.definitions.rewrite(self._definition_frames())
-            except OSError as exc:
-                log.warning("vhost %s: definitions not compacted: %s", self.name, exc)
+        self.policies.apply_all()
 
     @staticmethod
     def _has_binding(source, destination, routing_key, arguments):
         return (destination, routing_key, freeze(arguments or {})) in source.bindings
 
     @staticmethod
-    def _binding_durable(source, destination):
+    def binding_durable(source, destination):
         if not source.durable or not destination.durable:
             return False
         return not getattr(destination, "exclusive", False)
+
+    def _predeclare(self):
+        self.exchanges[""] = DefaultExchange(self, "", durable=True)
+        for name, type_name in PREDECLARED:
+            self.exchanges[name] = exchange_class(type_name)(self, name, durable=True)
 
     # -- exchanges ---------------------------------------------------------------
 
@@ -223,13 +121,13 @@ class VHost:
             ex.dedup = make_deduper(arguments, self.max_dedup_cache_size)
         # on disk before it is live: a declare-ok never outruns its definition
         if durable and persist:
-            self._persist(defs.EXCHANGE_DECLARE, (0, name, type_name, False, True, auto_delete,
+            self.definitions.append(defs.EXCHANGE_DECLARE, (0, name, type_name, False, True, auto_delete,
                                                   internal, False, arguments or {}))
         self.exchanges[name] = ex
         if (arguments or {}).get("x-delayed-exchange") is True:
             self._attach_delay_queue(ex)
         self.routing_version.bump()
-        self._apply_exchange_policy(ex)
+        self.policies.apply_to_exchange(ex)
         return ex
 
     def _attach_delay_queue(self, ex):
@@ -253,7 +151,7 @@ class VHost:
         if if_unused and ex.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use", 40, 20)
         if ex.durable and persist:
-            self._persist(defs.EXCHANGE_DELETE, (0, name, False, False))
+            self.definitions.append(defs.EXCHANGE_DELETE, (0, name, False, False))
         del self.exchanges[name]
         ex.deleted = True
         ex.clear_bindings()
@@ -273,7 +171,7 @@ class VHost:
                 other.remove_destination(ex)
                 self._maybe_auto_delete_exchange(other, persist)
         if persist:
-            self._compact_if_needed()
+            self.definitions.compact_if_needed()
 
     def _maybe_auto_delete_exchange(self, ex, persist=True):
         if ex.auto_delete and not ex.bindings and self.exchanges.get(ex.name) is ex:
@@ -331,7 +229,7 @@ class VHost:
             stream.check_declare(durable, exclusive_owner is not None, auto_delete, arguments)
         if durable and not transient and persist:
             # on disk before it is live: a declare-ok never outruns its definition
-            self._persist(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
+            self.definitions.append(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,
                                                arguments or {}))
         parent = self.transient_dir if transient else self.dir
         store_dir = entity_dir(parent, name)
@@ -354,30 +252,8 @@ class VHost:
         if persist:
             churn.count("queue_created")        # not for definitions replayed at boot
         self.routing_version.bump()
-        self._apply_policy(q, "queue")
+        self.policies.apply_to_queue(q)
         return q
-
-    # -- policies -------------------------------------------------------------------
-
-    def _apply_policy(self, obj, kind):
-        obj.apply_effective(*self.policies.effective(obj.name, kind, obj.arguments))
-
-    def apply_policies(self):
-        """Policies changed: every queue and exchange gets what applies now."""
-        for q in list(self.queues.values()):
-            try:
-                self._apply_policy(q, "queue")
-            except Exception:
-                log.exception("vhost %s: applying policies to queue %s failed", self.name, q.name)
-        for ex in self.exchanges.values():
-            self._apply_exchange_policy(ex)
-
-    def _apply_exchange_policy(self, ex):
-        policy, _, definition, settings = self.policies.effective(ex.name, "exchange", ex.arguments)
-        ex.policy = policy.name if policy else None
-        ex.effective_policy_definition = definition
-        # the exchange's own argument wins over this (the routing core keeps both)
-        ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
 
     def set_limits(self, limits):
         clean = {}
@@ -419,7 +295,7 @@ class VHost:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty", 50, 40)
         count = q.message_count
         if q.durable and not q.exclusive and persist:
-            self._persist(defs.QUEUE_DELETE, (0, name, False, False, False))
+            self.definitions.append(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
         if persist:
             churn.count("queue_deleted")
@@ -435,7 +311,7 @@ class VHost:
             c.channel.server_cancel(c)
         q.store.destroy()
         if persist:
-            self._compact_if_needed()
+            self.definitions.compact_if_needed()
         return count
 
     # -- bindings ---------------------------------------------------------------
@@ -448,8 +324,8 @@ class VHost:
         if isinstance(ex, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 50, 20)
         argspec.validate_binding(ex.type, arguments, 50, 20)
-        if persist and self._binding_durable(ex, q) and not self._has_binding(ex, q, routing_key, arguments):
-            self._persist(defs.QUEUE_BIND, (0, queue, exchange, routing_key, False, arguments or {}))
+        if persist and self.binding_durable(ex, q) and not self._has_binding(ex, q, routing_key, arguments):
+            self.definitions.append(defs.QUEUE_BIND, (0, queue, exchange, routing_key, False, arguments or {}))
         ex.bind(q, routing_key, arguments)
 
     def unbind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
@@ -462,11 +338,11 @@ class VHost:
         if q is not None and persist:
             self.check_exclusive(q, connection, 50, 50)
         if q is not None and ex is not None and ex.unbind(q, routing_key, arguments):
-            if persist and self._binding_durable(ex, q):
-                self._persist(defs.QUEUE_UNBIND, (0, queue, exchange, routing_key, arguments or {}))
+            if persist and self.binding_durable(ex, q):
+                self.definitions.append(defs.QUEUE_UNBIND, (0, queue, exchange, routing_key, arguments or {}))
             self._maybe_auto_delete_exchange(ex, persist)
             if persist:
-                self._compact_if_needed()
+                self.definitions.compact_if_needed()
 
     def bind_exchange(self, destination, source, routing_key, arguments, persist=True):
         dest = self.get_exchange(destination, 40, 30)
@@ -474,8 +350,8 @@ class VHost:
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 30)
         argspec.validate_binding(src.type, arguments, 40, 30)
-        if persist and self._binding_durable(src, dest) and not self._has_binding(src, dest, routing_key, arguments):
-            self._persist(defs.EXCHANGE_BIND, (0, destination, source, routing_key, False, arguments or {}))
+        if persist and self.binding_durable(src, dest) and not self._has_binding(src, dest, routing_key, arguments):
+            self.definitions.append(defs.EXCHANGE_BIND, (0, destination, source, routing_key, False, arguments or {}))
         src.bind(dest, routing_key, arguments)
 
     def unbind_exchange(self, destination, source, routing_key, arguments, persist=True):
@@ -484,12 +360,12 @@ class VHost:
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 40)
         if dest is not None and src is not None and src.unbind(dest, routing_key, arguments):
-            if persist and self._binding_durable(src, dest):
-                self._persist(defs.EXCHANGE_UNBIND, (0, destination, source, routing_key, False,
+            if persist and self.binding_durable(src, dest):
+                self.definitions.append(defs.EXCHANGE_UNBIND, (0, destination, source, routing_key, False,
                                                      arguments or {}))
             self._maybe_auto_delete_exchange(src, persist)
             if persist:
-                self._compact_if_needed()
+                self.definitions.compact_if_needed()
 
     # -- housekeeping -------------------------------------------------------------
 

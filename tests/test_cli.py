@@ -1,5 +1,5 @@
 """The `lavinmq` command: flags, exit codes, logging, data directory and its
-lock. server.run is replaced by a recorder; everything else is real."""
+lock. launcher.run is replaced by a recorder; everything else is real."""
 import logging
 import os
 import re
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import lavinmq
-import lavinmq.server
+import lavinmq.launcher
 from lavinmq import cli
 from lavinmq.datadir import DataDirLock
 from lavinmq.errors import ConfigError
@@ -43,7 +43,7 @@ def isolated(tmp_path, monkeypatch):
 
 @pytest.fixture
 def runs(monkeypatch):
-    """Replaces server.run; records each config and what it saw."""
+    """Replaces launcher.run; records each config and what it saw."""
     calls = []
 
     def run(config):
@@ -57,7 +57,7 @@ def runs(monkeypatch):
         calls.append({"config": config, "locked_out": locked_out})
         return 7
 
-    monkeypatch.setattr(lavinmq.server, "run", run)
+    monkeypatch.setattr(lavinmq.launcher, "run", run)
     return calls
 
 

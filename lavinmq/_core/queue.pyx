@@ -1,4 +1,8 @@
 # cython: language_level=3
+# A queue over its message store: publish, expiry, dropping and
+# dead-lettering, settings from arguments and policies, delivery to
+# consumers. Included: _count_map.pxi (delivery counts) and
+# _delivery_pass.pxi (the once-per-loop-iteration delivery scheduler).
 import asyncio
 import logging
 
@@ -20,13 +24,6 @@ from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
 
 log = logging.getLogger("lavinmq.queue")
 
-# Queues with work to do (new messages, freed consumer capacity, pending ack
-# positions) are collected here and served once per loop iteration, so a
-# read batch of N publishes costs one delivery pass, not N.
-cdef list _dirty = []
-cdef bint _pending = False
-cdef list _after_hooks = []     # run after each delivery pass (flush sockets)
-
 # messages one queue may deliver in one pass before yielding to the loop
 cdef enum:
     DELIVERY_BUDGET = 8192
@@ -47,134 +44,12 @@ cdef list NO_CONSUMERS = []
 cdef WriteBuffer _count_buf = WriteBuffer()
 
 
-cdef inline uint64_t sp_key(SP sp) noexcept:
-    return (<uint64_t>sp.seg << 32) | sp.pos
-
-
-cdef class CountMap:
-    """Linear probing with backward-shift deletion; key 0 is never a
-    position (records start after the segment header)."""
-
-    def __cinit__(self):
-        self.cap = 64
-        self.keys = <uint64_t *>calloc(self.cap, sizeof(uint64_t))
-        self.vals = <uint32_t *>calloc(self.cap, sizeof(uint32_t))
-        if self.keys is NULL or self.vals is NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.keys)
-        free(self.vals)
-
-    cdef Py_ssize_t slot(self, uint64_t key) noexcept:
-        return <Py_ssize_t>((key * 11400714819323198485ULL) >> 40) & (self.cap - 1)
-
-    cdef uint32_t get(self, uint64_t key):
-        cdef Py_ssize_t i = self.slot(key)
-        while self.keys[i]:
-            if self.keys[i] == key:
-                return self.vals[i]
-            i = (i + 1) & (self.cap - 1)
-        return 0
-
-    cdef int put(self, uint64_t key, uint32_t val) except -1:
-        cdef Py_ssize_t i
-        cdef uint64_t *old_keys
-        cdef uint32_t *old_vals
-        cdef Py_ssize_t old_cap, j
-        if (self.size + 1) * 4 > self.cap * 3:
-            old_keys, old_vals, old_cap = self.keys, self.vals, self.cap
-            self.cap *= 2
-            self.keys = <uint64_t *>calloc(self.cap, sizeof(uint64_t))
-            self.vals = <uint32_t *>calloc(self.cap, sizeof(uint32_t))
-            if self.keys is NULL or self.vals is NULL:
-                raise MemoryError()
-            self.size = 0
-            for j in range(old_cap):
-                if old_keys[j]:
-                    self.put(old_keys[j], old_vals[j])
-            free(old_keys)
-            free(old_vals)
-        i = self.slot(key)
-        while self.keys[i] and self.keys[i] != key:
-            i = (i + 1) & (self.cap - 1)
-        if not self.keys[i]:
-            self.size += 1
-            self.keys[i] = key
-        self.vals[i] = val
-        return 0
-
-    cdef void remove(self, uint64_t key):
-        cdef Py_ssize_t i = self.slot(key), j, k
-        while self.keys[i] != key:
-            if not self.keys[i]:
-                return
-            i = (i + 1) & (self.cap - 1)
-        self.size -= 1
-        j = i
-        while True:
-            j = (j + 1) & (self.cap - 1)
-            if not self.keys[j]:
-                break
-            k = self.slot(self.keys[j])
-            # move j back to i unless its home lies cyclically in (i, j]
-            if (i <= j and (i < k <= j)) or (i > j and (k <= j or k > i)):
-                continue
-            self.keys[i] = self.keys[j]
-            self.vals[i] = self.vals[j]
-            i = j
-        self.keys[i] = 0
-        self.vals[i] = 0
-
-    def py_put(self, uint64_t key, uint32_t val):
-        self.put(key, val)
-
-    def py_get(self, uint64_t key):
-        return self.get(key)
-
-    def py_remove(self, uint64_t key):
-        self.remove(key)
-
-
 REASON_NAMES = {DL_REJECTED: "rejected", DL_EXPIRED: "expired", DL_MAXLEN: "maxlen",
                 DL_DELIVERY_LIMIT: "delivery_limit"}
 
 
-def add_after_delivery_hook(fn):
-    _after_hooks.append(fn)
-
-
-def run_delivery_pass():
-    global _pending, _dirty
-    cdef Queue q
-    _pending = False
-    work = _dirty
-    _dirty = []
-    for x in work:
-        q = <Queue>x
-        q.scheduled = False
-        if q.closed:
-            continue
-        try:
-            q.deliver_pending()
-            q.store.flush_acks()
-        except Exception:
-            log.exception("delivery failed on queue %s", q.name)
-            q.closed = True
-    for fn in _after_hooks:
-        fn()
-
-
-cdef int schedule_queue(Queue q) except -1:
-    global _pending
-    if q.scheduled:
-        return 0
-    q.scheduled = True
-    _dirty.append(q)
-    if not _pending:
-        _pending = True
-        asyncio.get_running_loop().call_soon(run_delivery_pass)
-    return 0
+include "_count_map.pxi"
+include "_delivery_pass.pxi"
 
 
 cdef class ConsumerBase:

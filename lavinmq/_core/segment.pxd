@@ -100,8 +100,6 @@ cdef class MessageStore:
     cdef int requeue(self, SP sp) except -1
     cdef int flush_acks(self) except -1
     cdef int maybe_drop_segment(self, Segment s) except -1
-    cdef Py_ssize_t read_acks(self, Segment s, uint32_t **out) except -1
-    cdef int load_segment(self, Segment s, bint last, Py_ssize_t verified_end) except -1
     cdef int mark_for_sync(self) except -1
 
 

@@ -17,7 +17,9 @@ import os
 import time
 
 from lavinmq import churn
-from lavinmq.http.stats import is_quiet, rates_for
+from lavinmq.http.stats import is_quiet, queue_message_stats, rates_for
+
+NODE = "lavinmq@localhost"      # RabbitMQ's node name field; one node
 
 PLACE = "LavinMQ Management"
 AUTH_MECHANISMS = [{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
@@ -46,15 +48,6 @@ def iso_ms(epoch_s):
 
 
 # -- message counters ----------------------------------------------------------
-
-def queue_message_stats(q):
-    deliver_no_ack = q.deliver_no_ack_count
-    get_no_ack = q.get_no_ack_count
-    return {"publish": q.publish_count, "deliver": q.deliver_count - deliver_no_ack,
-            "deliver_no_ack": deliver_no_ack, "get": q.get_count - get_no_ack, "get_no_ack": get_no_ack,
-            "get_empty": q.get_empty_count, "deliver_get": q.deliver_count + q.get_count,
-            "ack": q.ack_count, "redeliver": q.redeliver_count}
-
 
 def totals(queues, channels):
     """message_stats of a vhost or the whole broker: queues' and channels' counters."""
@@ -113,7 +106,7 @@ def head_message_timestamp(q):
     rec = q.store.peek_head()
     if rec is None:
         return None
-    from lavinmq.http.messages import parse_record
+    from lavinmq.http.records import parse_record
     try:
         return parse_record(rec)[2].get("timestamp")
     except Exception:         # a record the store holds but this view can't read: no timestamp
@@ -193,7 +186,6 @@ def contexts(server):
 
 
 def _node():
-    from lavinmq.http.shapes import NODE
     return NODE
 
 

@@ -7,7 +7,7 @@ first, counters as running totals), `avg_rate` and `avg`, from the
 sampler's ring buffers (stats.py)."""
 import time
 
-from lavinmq.http.app import HTTPError
+from lavinmq.http.helpers import HTTPError
 from lavinmq.http import stats
 
 MAX_SAMPLES = 500       # as RabbitMQ's ?MAX_RANGE

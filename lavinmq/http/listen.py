@@ -7,7 +7,7 @@ aiohttp closes a connection whose next request has not fully arrived
 arriving does not reset it), so that setting is the header read timeout
 here: a client that trickles header bytes is cut off after
 `http_read_timeout` seconds. Bodies are read under the same limit by
-`lavinmq.http.app.body_json`."""
+`lavinmq.http.helpers.body_json`."""
 import asyncio
 import errno
 import logging

@@ -5,7 +5,7 @@ give; a sort column without a cheap key falls back to that."""
 from aiohttp import web
 
 from lavinmq.http import name_filter, stats
-from lavinmq.http.app import HTTPError, _pick, linear_regex
+from lavinmq.http.helpers import HTTPError, linear_regex, pick
 
 
 def _rate(field):
@@ -73,7 +73,7 @@ def fast_page(request, objects, shape, sort_keys):
         columns = q.get("columns")
         if columns:
             cols = [c.split(".") for c in columns.split(",")]
-            items = [_pick(i, cols) for i in items]
+            items = [pick(i, cols) for i in items]
         return web.json_response({"filtered_count": filtered, "item_count": len(items), "items": items,
                                   "page": page, "page_count": max(1, -(-filtered // size)),
                                   "page_size": size, "total_count": total})

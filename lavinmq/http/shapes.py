@@ -6,9 +6,9 @@ import urllib.parse
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http import compat
 from lavinmq.http.field_json import json_table, json_value
-from lavinmq.http.stats import rates_for
+from lavinmq.http.stats import queue_message_stats, rates_for
 
-NODE = "lavinmq@localhost"
+NODE = compat.NODE
 
 
 def rate(value):
@@ -72,7 +72,7 @@ def queue(q, details=False):
            "message_bytes_unacknowledged": q.unacked_bytes,
            "exclusive_consumer_tag": None, "policy": q.policy, "operator_policy": q.operator_policy,
            "effective_policy_definition": q.effective_policy_definition,
-           "message_stats": stats(compat.queue_message_stats(q), rates_for(id(q)))}
+           "message_stats": stats(queue_message_stats(q), rates_for(id(q)))}
     out.update(compat.queue_extra(q, details))
     r = rates_for(id(q)) or {}
     for key in ("messages", "messages_ready", "messages_unacknowledged"):

@@ -94,8 +94,16 @@ def rates_for(key):
     return out
 
 
+def queue_message_stats(q):
+    deliver_no_ack = q.deliver_no_ack_count
+    get_no_ack = q.get_no_ack_count
+    return {"publish": q.publish_count, "deliver": q.deliver_count - deliver_no_ack,
+            "deliver_no_ack": deliver_no_ack, "get": q.get_count - get_no_ack, "get_no_ack": get_no_ack,
+            "get_empty": q.get_empty_count, "deliver_get": q.deliver_count + q.get_count,
+            "ack": q.ack_count, "redeliver": q.redeliver_count}
+
+
 def queue_counters(q):
-    from lavinmq.http.compat import queue_message_stats
     out = queue_message_stats(q)
     out.update({"disk_writes": out["publish"], "disk_reads": out["deliver_get"],
                 "messages_ready": q.message_count, "messages_unacknowledged": q.unacked_count,
@@ -126,11 +134,11 @@ def sum_counters(dicts):
 
 def node_gauges(server):
     import os
-    from lavinmq.http.runtime import rss_bytes
+    from lavinmq.process import resident_memory
     from lavinmq.process import open_fds
     st = os.statvfs(server.data_dir)
     return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": open_fds(),
-            "mem_used": rss_bytes(), "sockets_used": server.guard.total}
+            "mem_used": resident_memory(), "sockets_used": server.guard.total}
 
 
 def series_for(key, obj=None):

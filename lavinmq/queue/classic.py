@@ -8,7 +8,7 @@ import os
 import time
 
 from lavinmq._core.queue import Queue as CoreQueue
-from lavinmq.args import EMPTY, check_equivalent
+from lavinmq.arguments import EMPTY, check_equivalent
 from lavinmq.errors import PreconditionFailed
 
 log = logging.getLogger("lavinmq.queue")

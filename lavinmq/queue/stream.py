@@ -12,8 +12,7 @@ import orjson
 from lavinmq._core.codec import Timestamp
 from lavinmq._core.stream import StreamConsumer, StreamQueue as CoreStreamQueue
 from lavinmq._core.stream_store import StreamStore
-from lavinmq.args import check_equivalent
-from lavinmq.arguments import MAX_AGE_SECONDS
+from lavinmq.arguments import MAX_AGE_SECONDS, check_equivalent
 from lavinmq.errors import PreconditionFailed
 
 # arguments that mean nothing to a stream (LavinMQ refuses the same ones)

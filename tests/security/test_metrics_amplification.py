@@ -9,10 +9,10 @@ import urllib.request
 
 from tests.conftest import free_port
 from tests.security.conftest import call
-from tests.security.test_event_loop_stalls import StallMeter
+from tests.security.stall_meter import ProcessStallMeter
 from tests.security.test_oversize_frame import rss_mb
 
-QUEUES = 5000
+QUEUES = 2000
 
 
 def _get(url):
@@ -33,7 +33,7 @@ def test_detailed_metrics_work_is_bounded(make_broker):
     assert call(b, "POST", "/api/definitions", defs)[0] == 204
     base = f"http://{b.host}:{port}/metrics/detailed?"
     before = rss_mb(b.proc.pid)
-    with StallMeter(b.url) as meter:
+    with ProcessStallMeter(b.url) as meter:
         # the attack: one family named 32 times
         status, text, took = _get(base + "&".join(["family=queue_coarse_metrics"] * 32))
         assert status == 200
@@ -47,8 +47,9 @@ def test_detailed_metrics_work_is_bounded(make_broker):
             answers = list(pool.map(_get, [every] * 10))
         assert all(a[0] == 200 and a[1].endswith("\n") and "telemetry_scrape_duration_seconds" in a[1]
                    for a in answers)
-    assert meter.longest < 0.25, f"an AMQP round trip waited {meter.longest:.2f} s"
+    assert meter.longest < 0.5, f"an AMQP round trip waited {meter.longest:.2f} s"
     assert rss_mb(b.proc.pid) - before < 100
     # past the cap of family parameters: refused, not run
     status, text, _ = _get(base + "&".join(["family=queue_coarse_metrics"] * 200))
     assert status == 400 and "family" in text
+    assert b.stop(timeout=120) == 0      # closing 2,000 queues on a loaded machine

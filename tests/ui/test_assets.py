@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from lavinmq.http import ui as ui_module
+from lavinmq.http.controller import ui as ui_module
 from tests.conftest import ROOT
 from tests.ui.conftest import api
 

@@ -35,7 +35,7 @@ def test_compaction_after_many_deletes(tmp_path, monkeypatch):
         v.declare_queue(f"q{i}", True, None, False, {})
         v.delete_queue(f"q{i}")
     v.declare_queue("kept", True, None, False, {})
-    size = os.path.getsize(v.definitions.path)
+    size = os.path.getsize(v.definitions.file.path)
     assert size < 50 * 40, f"definitions file not compacted ({size} bytes)"
     v.close()
     assert set(make(tmp_path).queues) == {"kept"}
@@ -46,7 +46,7 @@ def test_damaged_tail_cut_at_last_whole_frame(tmp_path):
     v.declare_queue("a", True, None, False, {})
     v.declare_queue("b", True, None, False, {})
     v.close()
-    path = v.definitions.path
+    path = v.definitions.file.path
     with open(path, "ab") as f:
         f.write(b"\x01\x00\x00\x00\x00\x00\x40garbage")      # a frame cut short
     v2 = make(tmp_path)

@@ -10,7 +10,7 @@ import tracemalloc
 import types
 
 import lavinmq.http.compat  # noqa: F401  (the sampler imports these on its first tick:
-import lavinmq.http.runtime  # noqa: F401   imported here, they are not counted as its memory)
+import lavinmq.http.controller.main  # noqa: F401 imported here, they are not counted as its memory)
 from lavinmq.http.stats import Sampler
 from lavinmq.vhost import VHost
 from tests.unit.records import record

@@ -3,7 +3,7 @@ The policies themselves live in the vhost (lavinmq.policy), which applies
 them at once; these routes only check who may do what."""
 from aiohttp import web
 
-from lavinmq.http.app import HTTPError, POLICYMAKER, body_json, listing, not_found, require, vhost_of
+from lavinmq.http.helpers import HTTPError, POLICYMAKER, body_json, listing, not_found, require, vhost_of
 
 ADMIN = {"administrator"}
 

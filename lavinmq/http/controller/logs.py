@@ -8,7 +8,7 @@ import time
 
 from aiohttp import web
 
-from lavinmq.http.app import HTTPError, require
+from lavinmq.http.helpers import HTTPError, require
 
 ADMIN = {"administrator"}
 LOG_KEEP = 1000

@@ -14,9 +14,9 @@ from aiohttp import web
 import lavinmq
 from lavinmq import churn
 from lavinmq.exchange import DefaultExchange
-from lavinmq.http.app import HTTPError, MONITORING, require
-from lavinmq.http.runtime import rss_bytes
-from lavinmq.process import open_fds
+from lavinmq.http.helpers import HTTPError, MONITORING, require
+
+from lavinmq.process import open_fds, resident_memory
 
 MAX_PREFIX = 20
 
@@ -112,7 +112,7 @@ async def metrics(request):
     st = os.statvfs(server.data_dir)
     w.metric("process_open_fds", "gauge", "Open file descriptors", open_fds())
     w.metric("process_open_tcp_sockets", "gauge", "Open TCP sockets", server.guard.total)
-    w.metric("process_resident_memory_bytes", "gauge", "Memory used in bytes", rss_bytes())
+    w.metric("process_resident_memory_bytes", "gauge", "Memory used in bytes", resident_memory())
     w.metric("disk_space_available_bytes", "gauge", "Disk space available in bytes", st.f_bavail * st.f_frsize)
     w.metric("process_max_fds", "gauge", "Open file descriptors limit",
              resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -296,3 +296,8 @@ FAMILIES = {"connection_churn_metrics": connection_churn, "queue_coarse_metrics"
             "queue_consumer_count": queue_consumers, "connection_coarse_metrics": connection_coarse,
             "connection_metrics": connection_coarse, "channel_metrics": channel_metrics,
             "exchange_metrics": exchange_metrics, "vhost_message_stats": vhost_message_stats}
+
+
+def add_routes(app):
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/detailed", detailed)

@@ -1,0 +1,104 @@
+"""The management API's middleware: JSON errors (also for AMQP errors the
+vhost raises), Basic auth by the broker's users, and the refusal of
+cross-site requests."""
+import asyncio
+import logging
+
+from aiohttp import web
+
+from lavinmq.errors import AMQPError
+from lavinmq.http.helpers import HTTPError, error_response
+from lavinmq.listener import RateLimitedLog
+
+log = logging.getLogger("lavinmq.http")
+_login_log = RateLimitedLog(log)
+
+# AMQP errors raised by the vhost's methods, as RabbitMQ's API answers them
+AMQP_STATUS = {404: 404, 403: 403, 405: 400, 406: 400, 530: 400}
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+@web.middleware
+async def errors_and_auth(request, handler):
+    try:
+        if not request.path.startswith("/api/") and request.path not in ("/metrics", "/metrics/detailed"):
+            return await handler(request)
+        if request.method not in SAFE_METHODS:
+            check_not_cross_site(request)
+        if not request.app.get("open"):
+            request["user"] = await authenticate(request)
+            ticket = getattr(request.protocol, "ticket", None)
+            if ticket is not None:
+                ticket.login()      # no longer a socket the connection guard may close for room
+        return await handler(request)
+    except HTTPError as exc:
+        headers = {"WWW-Authenticate": 'Basic realm="LavinMQ Management"'} if exc.status == 401 else None
+        resp = error_response(exc.status, exc.error, exc.reason)
+        if headers:
+            resp.headers.update(headers)
+        return resp
+    except AMQPError as exc:
+        return error_response(AMQP_STATUS.get(exc.reply_code, 400), "bad_request", exc.reply_text)
+    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError) as exc:
+        # input of a shape no handler checked for: still the client's fault, never a 500
+        log.warning("HTTP %s %s: unexpected input: %r", request.method, request.path, exc)
+        return error_response(400, "bad_request", f"bad request: {exc}")
+    except web.HTTPException as exc:
+        if exc.status == 405:
+            return error_response(405, "Method Not Allowed", f"{request.method} is not allowed here")
+        if exc.status == 404:
+            return error_response(404, "Object Not Found", "Not Found")
+        raise
+
+
+def check_not_cross_site(request):
+    """CSRF: a browser that holds the API's Basic credentials must not be
+    made to change anything by another site. Forms and no-cors fetches
+    cannot send Content-Type application/json, and a browser names the
+    page's origin in Origin (and Sec-Fetch-Site) on every such request."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        import urllib.parse
+        parts = urllib.parse.urlsplit(origin)
+        if origin == "null" or parts.netloc.lower() != request.host.lower():
+            raise HTTPError(403, f"cross-origin request from {origin} refused", "forbidden")
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        raise HTTPError(403, "cross-site request refused", "forbidden")
+    # a body must be declared JSON (no request without a body changes state in
+    # a way a form could use: a browser names the Origin of those anyway)
+    if request.method in ("POST", "PUT") and request.content_type != "application/json" and (
+            request.body_exists or "Content-Type" in request.headers):
+        raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
+
+
+async def authenticate(request):
+    import base64
+    import binascii
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Basic "):
+        raise HTTPError(401, "Not_Authorized")
+    try:
+        user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        raise HTTPError(401, "Not_Authorized")
+    server = request.app["server"]
+    peer = request.remote or ""
+    throttle = server.login_throttle
+    key = throttle.key(peer, user, server.users.get(user) is not None)
+    delay = throttle.delay_for(*key)
+    if delay:
+        # backing off (lavinmq.auth.throttle): answered late, whatever the password
+        await asyncio.sleep(delay)
+    u = server.users.authenticate(user, password)
+    if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
+        throttle.failed(*key)
+        _login_log("HTTP login refused for user %r from %s", user, peer)
+        raise HTTPError(401, "Login failed")
+    if not u.tags:
+        raise HTTPError(401, "Login failed")       # users without any tag have no management access
+    return u
+
+
+def _is_loopback(host):
+    from lavinmq.auth.users import is_loopback_address
+    return is_loopback_address(host)
