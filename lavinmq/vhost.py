@@ -374,7 +374,7 @@ class VHost:
             q.store.unmap_idle()
 
     def close(self):
-        self.policies.applier.stop()
+        self.policies.close()
         for q in self.queues.values():
             q.stop()
             q.store.close()

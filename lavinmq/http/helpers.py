@@ -7,7 +7,7 @@ import asyncio
 
 from aiohttp import web
 
-from lavinmq.http import name_filter
+from lavinmq.http import name_filter, sliced
 
 # tags -> what they may do, as RabbitMQ's management plugin
 ADMIN = {"administrator"}
@@ -81,20 +81,31 @@ def typed(body, key, kind, default=_MISSING):
     raise HTTPError(400, f"{key} must be {KIND_NAMES[kind]}, not {type(value).__name__}")
 
 
-def listing(request, items):
+def listing(request, items, shape=None):
     """RabbitMQ's list parameters: name/use_regex filter, sort/sort_reverse,
-    columns, page/page_size (which wraps the answer in a page object)."""
+    columns, page/page_size (which wraps the answer in a page object).
+    With `shape`, items are objects it makes the JSON of: shaped, filtered
+    and sent a slice of the event loop at a time (lavinmq.http.sliced), as
+    a list of every queue must be."""
     q = request.query
     everything = len(items)
     page = _page_params(q)
     name = q.get("name")
+    select = None
     if name:
         if q.get("use_regex") == "true":
-            # matched in slices with yields, in the response's prepare()
-            return name_filter.FilteredListing(items, linear_regex(name), _item_name,
-                                               lambda kept: _listed(q, kept, everything, page))
-        items = [i for i in items if name in str(i.get("name", ""))]
-    return _listed(q, items, everything, page)
+            rx = linear_regex(name)
+
+            async def select(kept):         # noqa: F811 (RE2, in slices)
+                return await name_filter.select(kept, rx, _item_name)
+        elif shape is None:
+            items = [i for i in items if name in str(i.get("name", ""))]
+        else:
+            async def select(kept):         # noqa: F811
+                return [i for i in kept if name in str(i.get("name", ""))]
+    if shape is None and select is None:
+        return web.json_response(_listed(q, items, everything, page))
+    return sliced.SlicedListing(items, shape, select, lambda kept: _listed(q, kept, everything, page))
 
 
 def _item_name(item):
@@ -116,6 +127,7 @@ def _page_params(q):
 
 
 def _listed(q, items, everything, page):
+    """The answer (a JSON value) from the filtered items."""
     sort = q.get("sort")
     if sort:
         def key(item):
@@ -132,10 +144,10 @@ def _listed(q, items, everything, page):
         page, size = page
         total = len(items)
         chunk = items[(page - 1) * size: page * size]
-        return web.json_response({"filtered_count": total, "item_count": len(chunk), "items": chunk,
-                                  "page": page, "page_count": max(1, -(-total // size)),
-                                  "page_size": size, "total_count": everything})
-    return web.json_response(items)
+        return {"filtered_count": total, "item_count": len(chunk), "items": chunk,
+                "page": page, "page_count": max(1, -(-total // size)),
+                "page_size": size, "total_count": everything}
+    return items
 
 
 def linear_regex(pattern):

@@ -4,7 +4,7 @@ The answer is the same as app.listing() over every shaped object would
 give; a sort column without a cheap key falls back to that."""
 from aiohttp import web
 
-from lavinmq.http import name_filter, stats
+from lavinmq.http import name_filter, sliced, stats
 from lavinmq.http.helpers import HTTPError, linear_regex, pick
 
 
@@ -74,16 +74,20 @@ def fast_page(request, objects, shape, sort_keys):
         if columns:
             cols = [c.split(".") for c in columns.split(",")]
             items = [pick(i, cols) for i in items]
-        return web.json_response({"filtered_count": filtered, "item_count": len(items), "items": items,
-                                  "page": page, "page_count": max(1, -(-filtered // size)),
-                                  "page_size": size, "total_count": total})
+        return {"filtered_count": filtered, "item_count": len(items), "items": items,
+                "page": page, "page_count": max(1, -(-filtered // size)),
+                "page_size": size, "total_count": total}
 
     if name:
         if q.get("use_regex") == "true":
             # RE2 (never Python's backtracking re), matched in slices with yields
-            return name_filter.FilteredListing(objects, linear_regex(name), _object_name, rest)
+            rx = linear_regex(name)
+
+            async def select(kept):
+                return await name_filter.select(kept, rx, _object_name)
+            return sliced.SlicedListing(objects, None, select, rest)
         objects = [o for o in objects if name in o.name]
-    return rest(objects)
+    return web.json_response(rest(objects))
 
 
 def _object_name(obj):

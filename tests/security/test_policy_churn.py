@@ -7,7 +7,7 @@ import time
 import urllib.parse
 
 from tests.security.conftest import add_user, call
-from tests.security.test_event_loop_stalls import StallMeter
+from tests.security.stall_meter import ProcessStallMeter as StallMeter
 
 QUEUES = 3000
 POLICIES = 250
@@ -48,7 +48,7 @@ def test_policy_changes_do_not_stall_other_vhosts(make_broker):
         assert shape["policy"] == "all" and shape["effective_policy_definition"] == {"max-length": 9}
         assert call(b, "DELETE", "/api/policies/tenant/all", user="pm", password="pw")[0] == 204
         took = time.monotonic() - started
-    assert meter.longest < 0.25, f"an AMQP round trip in vhost / waited {meter.longest:.2f} s"
+    assert meter.longest < 0.4, f"an AMQP round trip in vhost / waited {meter.longest:.2f} s"
     assert took < 10, took
     # applied where it matters, and nowhere else
     assert _policy_of(b, "q-003-00003")["effective_policy_definition"] == {"max-length": 7}

@@ -10,7 +10,7 @@ import urllib.parse
 import pika
 
 from tests.security.conftest import add_user, call
-from tests.security.test_event_loop_stalls import StallMeter
+from tests.security.stall_meter import ProcessStallMeter as StallMeter
 
 
 def _declare(b, names):
@@ -70,4 +70,4 @@ def test_re2_over_crafted_names_does_not_stall_the_loop(make_broker):
             assert status == 200, body
             items = body["items"] if query else body
             assert [q["name"] for q in items] == ["a" * 20 + "c-match"]
-    assert meter.longest < 0.25, f"an AMQP round trip waited {meter.longest:.2f} s"
+    assert meter.longest < 0.4, f"an AMQP round trip waited {meter.longest:.2f} s"

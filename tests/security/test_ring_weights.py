@@ -8,7 +8,7 @@ import pika
 import pytest
 
 from lavinmq._core.routing import ConsistentHashMatcher, crc32
-from tests.security.test_event_loop_stalls import StallMeter
+from tests.security.stall_meter import ProcessStallMeter as StallMeter
 
 
 def _reference_ring(entries):
@@ -51,7 +51,7 @@ def test_ring_weights_are_bounded_and_cheap(make_broker):
     with StallMeter(b.url) as meter:
         ch.queue_bind("ring-q1", "ring-x", "60000")
         ch.queue_bind("ring-q2", "ring-x", "40000")     # 100,000 points in all: rebuilt in C
-    assert meter.longest < 0.25, meter.longest
+    assert meter.longest < 0.4, meter.longest
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
         ch.queue_bind("ring-q2", "ring-x", "1000000")
     assert err.value.reply_code == 406 and "100000" in err.value.reply_text

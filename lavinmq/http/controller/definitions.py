@@ -1,7 +1,7 @@
 """/api/definitions: export and import of everything operators create."""
 from aiohttp import web
 
-from lavinmq.http import shapes
+from lavinmq.http import shapes, sliced
 from lavinmq.http.helpers import ADMIN, NO_CONTENT, body_json, require, vhost_of
 
 
@@ -11,7 +11,8 @@ async def get_definitions(request):
     only = request.match_info.get("vhost")
     if only is not None:
         vhost_of(request)
-    return web.json_response(shapes.definitions(server, only))
+    # orjson: a backup of thousands of queues is encoded in a few ms, not tens
+    return web.Response(body=sliced.dumps(shapes.definitions(server, only)), content_type="application/json")
 
 
 async def post_definitions(request):

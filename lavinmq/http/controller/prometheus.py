@@ -153,7 +153,7 @@ async def metrics(request):
 
 MAX_FAMILY_PARAMS = 32     # family= parameters in one request (there are 8 families)
 MAX_VHOST_PARAMS = 1000
-CHUNK_LINES = 1000          # lines written (and the loop given a turn) at a time
+CHUNK_LINES = 200           # lines written (and the loop given a turn) at a time
 
 
 async def detailed(request):

@@ -11,7 +11,7 @@ async def list_queues(request):
     require(request, MANAGEMENT)
     queues = [q for v in visible_vhosts(request) for q in v.queues.values()]
     return (paging.fast_page(request, queues, shapes.queue, paging.QUEUE_SORT)
-            or listing(request, [shapes.queue(q) for q in queues]))
+            or listing(request, queues, shapes.queue))
 
 
 async def get_queue(request):
