@@ -27,6 +27,10 @@ HEADERS_100 = ["--exchange-type", "headers", "--bindings",
                '[{"args": {"x-match": "all", "dev": "{i}", "kind": "temp"}, "count": 99},'
                ' {"args": {"x-match": "all", "kind": "temp"}}]']
 STREAM = ["--queue-args", '{"x-queue-type":"stream"}']
+# issue 33: a persistent exchange keeps its last 1M messages (its segments
+# go as they age out of that), next to the same exchange without
+DIRECT = ["-e", "{exchange}", "--exchange-type", "direct"]
+PERSIST = [*DIRECT, "--exchange-args", '{"x-persist-messages": 1000000}']
 SCENARIOS = {
     "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume", []),
     "publish only": (["-y", "0"], None, "publish", []),
@@ -69,6 +73,13 @@ SCENARIOS = {
     "stream 3 con from first (pre-filled)": (
         "prefill", ["-x", "0", "-y", "3", "--processes", "3", "-a", "100", "-P", "1000",
                     "--consumer-args", '{"x-stream-offset":"first"}'], "consume", STREAM),
+    # persistent exchanges (benchmarks/persistent_exchange.py runs them in pairs)
+    "direct exchange, publish only": (["-y", "0"], None, "publish", DIRECT),
+    "persistent exchange, publish only": (["-y", "0"], None, "publish", PERSIST),
+    "direct exchange, 1 pub + 1 con": (["-y", "0"], ["-x", "0"], "consume", DIRECT),
+    "persistent exchange, 1 pub + 1 con": (["-y", "0"], ["-x", "0"], "consume", PERSIST),
+    "direct exchange, nothing bound": (["-y", "0"], None, "publish", [*DIRECT, "--bindings", "[]"]),
+    "persistent exchange, nothing bound": (["-y", "0"], None, "publish", [*PERSIST, "--bindings", "[]"]),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
 

@@ -20,7 +20,7 @@ from lavinmq._core.codec import decode_table_bytes, encode_table_bytes
 from lavinmq.errors import PreconditionFailed
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
-INT64_MAX = 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 MAX_AGE = re.compile(r"\A(\d+)([YMDhms])\Z")
 AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y": 365 * 86400}
 # A max-age or an x-stream-offset interval becomes milliseconds in 64 bits:
@@ -113,6 +113,18 @@ EXCHANGE_ARGS = _table(
     Arg("x-deduplication-header", "str"),
     Arg("hash-header", "str"),
     Arg("hash-property", "str"),
+    # persistent exchanges (AvalancheMQ's): how many messages and how many
+    # ms to keep; either makes the exchange keep them, 0 is no limit
+    Arg("x-persist-messages", "int", 0, INT64_MAX),
+    Arg("x-persist-ms", "int", 0, INT64_MAX),
+)
+
+# a queue binding's request for a persistent exchange's stored messages;
+# other binding keys are the bindings' own (header names to match ...)
+BINDING_ARGS = _table(
+    Arg("x-head", "int", INT64_MIN, INT64_MAX),
+    Arg("x-tail", "int", INT64_MIN, INT64_MAX),
+    Arg("x-from", "int", 0, INT64_MAX),
 )
 
 CONSUMER_ARGS = _table(
@@ -172,8 +184,13 @@ def validate_consumer(arguments, class_id=60, method_id=20):
 
 def validate_binding(exchange_type, arguments, class_id, method_id):
     """Headers bindings: x-match must be a mode the broker knows. Other keys
-    are header names to match, x- prefixed or not."""
-    check_storable(arguments, class_id, method_id)
+    are header names to match, x- prefixed or not. x-head, x-tail and x-from
+    (persistent exchanges): an integer, one of them at most."""
+    _validate(BINDING_ARGS, arguments, class_id, method_id)
+    asked = [k for k in BINDING_ARGS if arguments and arguments.get(k) is not None]
+    if len(asked) > 1:
+        _fail(f"only one of x-head, x-tail and x-from can be given, not {' and '.join(asked)}",
+              class_id, method_id)
     if arguments and exchange_type == "headers" and "x-match" in arguments:
         mode = arguments["x-match"]
         if isinstance(mode, (bytes, bytearray)):

@@ -238,9 +238,15 @@ def list_exchanges(c, a):
 
 
 def create_exchange(c, a):
+    args = _json_arg(a.args, "--args")
+    # AvalancheMQ's avalanchemqctl flags for a persistent exchange
+    if a.persist_messages is not None:
+        args["x-persist-messages"] = a.persist_messages
+    if a.persist_ms is not None:
+        args["x-persist-ms"] = a.persist_ms
     c.put(f"/exchanges/{q(a.vhost)}/{q(a.name)}",
           {"type": a.type, "durable": a.durable, "auto_delete": a.auto_delete, "internal": a.internal,
-           "arguments": _json_arg(a.args, "--args")})
+           "arguments": args})
     return Info(f"Creating {a.type} exchange {a.name} in vhost {a.vhost}")
 
 
@@ -394,6 +400,8 @@ def build_parser():
     cmd("create_exchange", create_exchange, "declare an exchange", A("type"), A("name"),
         flag("--durable", "survive restarts"), flag("--auto-delete", "delete with its last binding"),
         flag("--internal", "only exchange-to-exchange publishes"), A("--args", help="JSON arguments"),
+        A("--persist-messages", type=int, help="keep this many messages (x-persist-messages)"),
+        A("--persist-ms", type=int, help="keep messages this many ms (x-persist-ms)"),
         vhost=True)
     cmd("delete_exchange", delete_exchange, "delete an exchange", A("name"), vhost=True)
     for kind, fns in (("policy", (list_policies, set_policy, clear_policy)),

@@ -39,6 +39,8 @@ class DefinitionsStore:
         orphaned/, never silently deleted: they may hold the only copy of
         confirmed messages."""
         owned = {os.path.basename(q.store.dir) for q in self.vhost.queues.values()}
+        owned.update(os.path.basename(ex.persist.store.dir) for ex in self.vhost.exchanges.values()
+                     if ex.persist is not None)
         try:
             entries = os.listdir(self.vhost.dir)
         except OSError:

@@ -14,7 +14,7 @@ from lavinmq._core.segment import MessageStore, entity_dir, name_digest as sha1 
 from lavinmq.arguments import check_equivalent
 from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from lavinmq.exchange import DefaultExchange, exchange_class, freeze
+from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue
 from lavinmq.queue.classic import DEFAULT_MAX_DEDUP_CACHE_SIZE, check_dedup_size, log_name, make_deduper
@@ -126,6 +126,7 @@ class VHost:
         self.exchanges[name] = ex
         if (arguments or {}).get("x-delayed-exchange") is True:
             self._attach_delay_queue(ex)
+        persistent.attach(self, ex)
         self.routing_version.bump()
         self.policies.apply_to_exchange(ex)
         return ex
@@ -163,6 +164,7 @@ class VHost:
             if self.queues.get(dq.name) is dq:
                 del self.queues[dq.name]
             dq.store.destroy()
+        persistent.detach(ex)
         self.routing_version.bump()
         # sources that lose their last binding may be auto-delete exchanges
         # themselves: deleting them changes self.exchanges, so walk a snapshot
@@ -317,6 +319,8 @@ class VHost:
     # -- bindings ---------------------------------------------------------------
 
     def bind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
+        """-> None, or the ReplayJob of a binding that asked a persistent
+        exchange for its stored messages (done, or going on in the background)."""
         q = self.get_queue(queue, 50, 20, connection) if persist else self.queues.get(queue)
         ex = self.get_exchange(exchange, 50, 20)
         if q is None:
@@ -326,7 +330,10 @@ class VHost:
         argspec.validate_binding(ex.type, arguments, 50, 20)
         if persist and self.binding_durable(ex, q) and not self._has_binding(ex, q, routing_key, arguments):
             self.definitions.append(defs.QUEUE_BIND, (0, queue, exchange, routing_key, False, arguments or {}))
+        if persist and ex.persist is not None and persistent.replay_request(arguments) is not None:
+            return persistent.bind_with_replay(self, ex, q, routing_key, arguments)
         ex.bind(q, routing_key, arguments)
+        return None
 
     def unbind_queue(self, queue, exchange, routing_key, arguments, persist=True, connection=None):
         """Unbinding what does not exist (queue, exchange or binding) is
@@ -350,6 +357,8 @@ class VHost:
         if isinstance(dest, DefaultExchange) or isinstance(src, DefaultExchange):
             raise AccessRefused("operation not permitted on the default exchange", 40, 30)
         argspec.validate_binding(src.type, arguments, 40, 30)
+        if persist:
+            persistent.refuse_exchange_replay(src, arguments)
         if persist and self.binding_durable(src, dest) and not self._has_binding(src, dest, routing_key, arguments):
             self.definitions.append(defs.EXCHANGE_BIND, (0, destination, source, routing_key, False, arguments or {}))
         src.bind(dest, routing_key, arguments)
@@ -372,11 +381,17 @@ class VHost:
     def unmap_idle(self):
         for q in self.queues.values():
             q.store.unmap_idle()
+        for ex in self.exchanges.values():
+            if ex.persist is not None:
+                ex.persist.store.unmap_idle()       # also x-persist-ms retention while idle
 
     def close(self):
         self.policies.close()
         for q in self.queues.values():
             q.stop()
             q.store.close()
+        for ex in self.exchanges.values():
+            if ex.persist is not None:
+                ex.persist.store.close()
         self.definitions.close()
         shutil.rmtree(self.transient_dir, ignore_errors=True)

@@ -9,6 +9,7 @@ from lavinmq._core.buffer cimport (
 )
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.dedup cimport Deduper
+from lavinmq._core.exchange_store cimport keep_routed
 from lavinmq._core.delayed cimport delay_of
 from lavinmq._core.props cimport prop_offset, prop_offset_insert, parse_expiration, P_EXPIRATION, P_REPLY_TO, P_TIMESTAMP
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
@@ -400,11 +401,15 @@ cdef class Channel:
         if ex.delay_queue is not None and delay_of(rec) > 0:
             return (<Queue>ex.delay_queue).publish(rec, n)      # routed when its time comes
         cdef RouteOut out = acquire_route_out()
+        cdef int kept_rc = 0
         try:
             ex.route(out, rk, rklen, rec + props_off, props_len)
             if out.bcc_off >= 0:
                 rec = out.strip_bcc(rec, n, props_off, &n)
-            return self.store_routed(ex, out, rec, n, mandatory, immediate)
+            if out.npstores:
+                # persistent exchanges on its way keep it, with its x-offset
+                rec = keep_routed(out, rec, &n, &kept_rc)
+            return self.store_routed(ex, out, rec, n, mandatory, immediate) | kept_rc
         finally:
             release_route_out(out)
 

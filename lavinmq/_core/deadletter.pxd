@@ -23,6 +23,10 @@ cdef bint is_cycle(const char *rec, bytes queue) except -1
 cdef Py_ssize_t build_with_int_header(WriteBuffer out, const char *rec, const char *key, Py_ssize_t klen,
                                       long long value) except -1
 
+# Does a table body parse to its end? (A message's headers were not checked
+# when it was published.)
+cdef bint table_ok(const char *body, Py_ssize_t blen) noexcept
+
 # The value of header `key` in rec (type byte first): 1 found, 0 not.
 cdef int find_header(const char *rec, const char *key, Py_ssize_t klen, const char **val,
                      Py_ssize_t *vlen) except -1

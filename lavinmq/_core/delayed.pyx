@@ -9,6 +9,7 @@ from cpython.object cimport PyObject
 from lavinmq._core.buffer cimport be32, be64, le64
 from lavinmq._core.clock cimport now_ms
 from lavinmq._core.deadletter cimport find_header
+from lavinmq._core.exchange_store cimport keep_routed
 from lavinmq._core.props cimport record_props_offset
 from lavinmq._core.queue cimport Queue, PUBLISH_NO_SPACE
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
@@ -153,6 +154,7 @@ cdef class DelayQueue(Queue):
         cdef Queue q
         cdef Exchange ex = self.exchange
         cdef int budget = ROUTE_BUDGET
+        cdef int kept_rc = 0            # a full disk: as for the queues below, nothing to tell
         while self.n and self.heap[0].at <= now and budget > 0:
             sp.seg = self.heap[0].seg
             sp.pos = self.heap[0].pos
@@ -167,6 +169,8 @@ cdef class DelayQueue(Queue):
                 out = acquire_route_out()
                 try:
                     ex.route(out, rec + 10 + exlen, <uint8_t>rec[9 + exlen], rec + po, n - po)
+                    if out.npstores:
+                        rec = keep_routed(out, rec, &n, &kept_rc)
                     if out.nq:
                         ex.publish_out_count += 1
                     for i in range(out.nq):

@@ -20,6 +20,7 @@ from lavinmq._core.props cimport (
     record_expiration, record_props_offset, record_body_len, has_prop, P_EXPIRATION,
 )
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
+from lavinmq._core.exchange_store cimport keep_routed
 from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
 
 log = logging.getLogger("lavinmq.queue")
@@ -284,6 +285,7 @@ cdef class Queue:
         cdef Py_ssize_t n, exlen, po, i
         cdef const char *r
         cdef RouteOut out
+        cdef int kept_rc = 0            # a full disk: the copy is lost either way
         cdef QueueExtras x = self.x
         if x is None or x.dlx is None or _dl_depth >= MAX_DL_DEPTH:
             return 0
@@ -304,6 +306,8 @@ cdef class Queue:
         try:
             # routed with its CC keys too when it kept them (no dead-letter routing key)
             ex.route(out, r + 10 + exlen, <unsigned char>r[9 + exlen], r + po, n - po)
+            if out.npstores:
+                r = keep_routed(out, r, &n, &kept_rc)
             for i in range(out.nq):
                 q = <Queue><object>out.queues[i]
                 if q.closed or is_cycle(r, q.name_b()):

@@ -137,6 +137,12 @@ cdef class RouteOut:
         Py_ssize_t bcc_len
         WriteBuffer scratch         # composite keys for lookups
         WriteBuffer stripped        # the record without its BCC header
+        # persistent exchanges (x-persist-messages / x-persist-ms) the
+        # message passed through: their stores (_core.exchange_store), borrowed
+        PyObject **pstores
+        Py_ssize_t npstores
+        Py_ssize_t cappstores
+        WriteBuffer stamped         # the record with its x-offset header, made on first use
         RouteOut next_free
 
     cdef int begin(self, const char *rk, Py_ssize_t rklen, const char *props, Py_ssize_t plen) except -1
@@ -150,6 +156,7 @@ cdef class RouteOut:
     cdef int add_exchange(self, PyObject *x) except -1
     cdef int add_dests(self, DestSet *s) except -1
     cdef int add_dest(self, PyObject *o, bint is_exchange) except -1
+    cdef int add_pstore(self, PyObject *store) except -1
     cdef int push_frame(self, PyObject *ex, Py_ssize_t begin, Py_ssize_t end) except -1
     cdef const char *strip_bcc(self, const char *rec, Py_ssize_t n, Py_ssize_t props_off,
                                Py_ssize_t *out_n) except NULL
@@ -172,9 +179,11 @@ cdef class Matcher:
 cdef class Exchange:
     cdef:
         # per-message extensions, None on an exchange that has none: a
-        # plain exchange pays two pointer tests per message (channel.pyx)
+        # plain exchange pays one pointer test for each of them per message
+        # (channel.pyx; `persist` in visit_one)
         public object dedup             # _core.dedup.Deduper (x-message-deduplication)
         public object delay_queue       # _core.delayed.DelayQueue (x-delayed-message)
+        public object persist           # _core.exchange_store.ExchangeStore (x-persist-messages/-ms)
         public str name
         public bytes name_bytes
         public object vhost

@@ -82,6 +82,7 @@ cdef class RouteOut:
         free(self.klens)
         free(self.hdrs)
         free(self.hidx)
+        free(self.pstores)
 
     cdef int begin(self, const char *rk, Py_ssize_t rklen, const char *props, Py_ssize_t plen) except -1:
         global _visit_counter
@@ -91,6 +92,7 @@ cdef class RouteOut:
         self.nxs = 0
         self.nframes = 0
         self.nkeys = 0
+        self.npstores = 0
         self.stamp += 1
         if self.stamp == 0:
             memset(self.seen_stamp, 0, (self.seen_mask + 1) * sizeof(uint32_t))
@@ -296,6 +298,14 @@ cdef class RouteOut:
             return self.add_exchange(o)
         return self.add_queue(o)
 
+    cdef int add_pstore(self, PyObject *store) except -1:
+        # each exchange is visited once per message: no duplicates here
+        if self.npstores == self.cappstores:
+            grow_ptrs(&self.pstores, &self.cappstores, self.npstores + 1)
+        self.pstores[self.npstores] = store
+        self.npstores += 1
+        return 0
+
     cdef int add_dests(self, DestSet *s) except -1:
         cdef uint32_t i
         for i in range(s.n):
@@ -424,6 +434,9 @@ cdef class Exchange:
         cdef Py_ssize_t begin = out.nxs, k
         cdef uint64_t hits = out.hits
         self.visit = out.visit
+        if self.persist is not None:
+            # kept whether or not a binding takes it (exchange_store.pyx)
+            out.add_pstore(<PyObject *>self.persist)
         if m.key_independent:
             m.match(out, out.keys[0], out.klens[0])
         else:

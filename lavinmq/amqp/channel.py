@@ -135,9 +135,24 @@ class AMQPChannel(CoreChannel):
         queue = self._queue_name(queue)
         self.can_write(queue, "queue", 50, 20)
         self.can_read(exchange, "exchange", 50, 20)
-        self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
-        if not nowait:
+        replay = self.vhost.bind_queue(queue, exchange, rk, arguments, connection=self.connection)
+        if nowait:
+            return
+        syncer = self.connection.server.syncer
+        if replay is None:
             self.send(50, 21)
+        elif syncer is not None:
+            # a persistent exchange's stored messages were copied: the bind-ok
+            # says they are in the queue, on disk as a confirm's are
+            replay.when_done(lambda: syncer.after_flush(self._bind_ok))
+        else:
+            replay.when_done(self._bind_ok)
+
+    def _bind_ok(self):
+        if self.closing or self.state.closed:
+            return
+        self.send(50, 21)
+        self.connection.flush()         # from a loop callback: nothing else flushes it
 
     def queue_unbind(self, args):
         _, queue, exchange, rk, arguments = args

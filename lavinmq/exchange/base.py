@@ -38,6 +38,10 @@ def encode_key(routing_key):
 
 class Exchange(CoreExchange):
     type = ""
+    # Binding.key -> its replay (lavinmq.exchange.persistent): bindings of a
+    # persistent exchange that are declared but route nothing until their
+    # copy of the stored messages has caught up (None: there are none)
+    held = None
 
     def __init__(self, vhost, name, durable=True, auto_delete=False, internal=False, arguments=None):
         self.vhost = vhost
@@ -85,21 +89,72 @@ class Exchange(CoreExchange):
         b = self.bindings.get(key)
         if b is None:
             return False
-        self._remove(b)
+        if not self._drop_held(key):
+            self._remove(b)
         del self.bindings[key]
         self.version.bump()
         return True
 
     def remove_destination(self, destination):
         for key in [k for k in self.bindings if k[0] is destination]:
-            self._remove(self.bindings.pop(key))
+            b = self.bindings.pop(key)
+            if not self._drop_held(key):
+                self._remove(b)
         self.version.bump()
 
     def clear_bindings(self):
         """The exchange is deleted: drop every binding (and the matcher's
         references to its destinations)."""
+        for key in list(self.held or ()):
+            self._drop_held(key)
         self.matcher.clear()
         self.bindings.clear()
+
+    # -- bindings that wait for a replay -----------------------------------------
+
+    def replay_matcher(self, binding):
+        """A matcher with this binding alone: which stored messages it takes.
+        Also checks the binding as bind() would."""
+        m = self.make_matcher()
+        self._add(binding, m)
+        return m
+
+    def bind_held(self, destination, routing_key, arguments):
+        """Declare a binding that routes nothing yet. -> (Binding, its
+        replay matcher), or None when the binding exists."""
+        b = Binding(self, destination, routing_key, arguments)
+        if b.key in self.bindings:
+            return None
+        matcher = self.replay_matcher(b)        # may refuse the binding (bad arguments)
+        self.bindings[b.key] = b
+        if self.held is None:
+            self.held = {}
+        self.held[b.key] = None
+        self.version.bump()
+        return b, matcher
+
+    def set_replay(self, binding, replay):
+        if self.held is not None and binding.key in self.held:
+            self.held[binding.key] = replay
+
+    def release_held(self, binding):
+        """The binding's replay has caught up: it routes from now on."""
+        if not self.held or binding.key not in self.held or self.bindings.get(binding.key) is not binding:
+            return False
+        del self.held[binding.key]
+        self._add(binding)
+        self.version.bump()
+        return True
+
+    def _drop_held(self, key):
+        """The held binding goes (unbind, its queue or this exchange
+        deleted): its replay stops. -> whether it was held."""
+        if not self.held or key not in self.held:
+            return False
+        replay = self.held.pop(key)
+        if replay is not None:
+            replay.cancel()
+        return True
 
     def _add(self, binding):
         raise NotImplementedError

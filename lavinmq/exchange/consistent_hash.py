@@ -49,16 +49,25 @@ class ConsistentHashExchange(Exchange):
             raise bind_error(destination, f"Routing key (weight) must not exceed {MAX_WEIGHT}")
         return weight
 
-    def _add(self, b):
+    def _add(self, b, matcher=None):
         weight = self.weight(b.destination, b.routing_key)
+        m = self.matcher if matcher is None else matcher     # another: a replay's filter
         try:
-            self.matcher.add(b.destination, b.destination.name.encode("utf-8", "surrogateescape"), weight,
-                             self.is_exchange(b.destination))
+            m.add(b.destination, b.destination.name.encode("utf-8", "surrogateescape"), weight,
+                  self.is_exchange(b.destination))
         except ValueError as exc:
             raise bind_error(b.destination, str(exc)) from None
 
     def _remove(self, b):
         self.matcher.remove(b.destination, int(b.routing_key))
+
+    def replay_matcher(self, binding):
+        # which destination a message hashes to depends on every binding
+        m = self.make_matcher()
+        for b in self.bindings.values():
+            self._add(b, m)
+        self._add(binding, m)
+        return m
 
     def unbind(self, destination, routing_key, arguments):
         self.weight(destination, routing_key)       # LavinMQ refuses a bad weight on unbind too

@@ -16,7 +16,7 @@ class DefaultExchange(Exchange):
     def queue_removed(self, queue):
         self.matcher.remove(encode_key(queue.name), queue)
 
-    def _add(self, b):
+    def _add(self, b, matcher=None):
         raise AssertionError("the default exchange has no bindings")
 
     def _remove(self, b):

@@ -10,8 +10,9 @@ class DirectExchange(Exchange):
     def make_matcher(self):
         return DirectMatcher()
 
-    def _add(self, b):
-        self.matcher.add(encode_key(b.routing_key), b.destination, self.is_exchange(b.destination))
+    def _add(self, b, matcher=None):
+        m = self.matcher if matcher is None else matcher     # another: a replay's filter
+        m.add(encode_key(b.routing_key), b.destination, self.is_exchange(b.destination))
 
     def _remove(self, b):
         self.matcher.remove(encode_key(b.routing_key), b.destination)

@@ -9,8 +9,9 @@ class FanoutExchange(Exchange):
     def make_matcher(self):
         return FanoutMatcher()
 
-    def _add(self, b):
-        self.matcher.add(b.destination, self.is_exchange(b.destination))
+    def _add(self, b, matcher=None):
+        m = self.matcher if matcher is None else matcher     # another: a replay's filter
+        m.add(b.destination, self.is_exchange(b.destination))
 
     def _remove(self, b):
         self.matcher.remove(b.destination)

@@ -10,12 +10,13 @@ class HeadersExchange(Exchange):
     def make_matcher(self):
         return HeadersMatcher()
 
-    def _add(self, b):
+    def _add(self, b, matcher=None):
         try:
             parse_x_match(b.arguments)
         except ValueError as exc:
             raise bind_error(b.destination, str(exc)) from None
-        self.matcher.add(b.key, b.arguments, b.destination, self.is_exchange(b.destination))
+        m = self.matcher if matcher is None else matcher     # another: a replay's filter
+        m.add(b.key, b.arguments, b.destination, self.is_exchange(b.destination))
 
     def _remove(self, b):
         self.matcher.remove(b.key)

@@ -45,7 +45,12 @@ SCHEMAS = {
                       write=STR, read=STR),
     "Exchange": obj(["name", "vhost", "type", "durable", "auto_delete", "internal", "arguments", "message_stats"],
                     name=STR, vhost=STR, type=STR, durable=BOOL, auto_delete=BOOL, internal=BOOL, arguments=OBJ,
-                    message_stats=ref("MessageStats")),
+                    message_stats=ref("MessageStats"),
+                    # a persistent exchange's kept messages (x-persist-messages / x-persist-ms)
+                    persist=obj(["messages", "bytes", "first_offset", "last_offset", "max_messages", "max_ms"],
+                                messages=INT, bytes=INT, first_offset={"type": ["integer", "null"]},
+                                last_offset={"type": ["integer", "null"]}, max_messages={"type": ["integer", "null"]},
+                                max_ms={"type": ["integer", "null"]})),
     "Queue": obj(["name", "vhost", "durable", "exclusive", "auto_delete", "arguments", "state", "consumers",
                   "messages", "messages_ready", "messages_unacknowledged", "message_stats"],
                  name=STR, vhost=STR, durable=BOOL, exclusive=BOOL, auto_delete=BOOL, arguments=OBJ,

@@ -3,7 +3,7 @@
 import time
 import urllib.parse
 
-from lavinmq.exchange import DefaultExchange
+from lavinmq.exchange import DefaultExchange, persistent
 from lavinmq.http import compat
 from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
@@ -52,13 +52,17 @@ def permission(user_name, vhost_name, p):
 
 
 def exchange(ex):
-    return {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
-            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": json_table(ex.arguments),
-            "user_who_performed_action": "", "policy": getattr(ex, "policy", None),
-            "effective_policy_definition": getattr(ex, "effective_policy_definition", {}),
-            "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
-                                   rates_for(id(ex))),
-            "incoming": [], "outgoing": []}     # per-channel/queue breakdowns: detailed rates mode only
+    out = {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
+           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": json_table(ex.arguments),
+           "user_who_performed_action": "", "policy": getattr(ex, "policy", None),
+           "effective_policy_definition": getattr(ex, "effective_policy_definition", {}),
+           "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
+                                  rates_for(id(ex))),
+           "incoming": [], "outgoing": []}     # per-channel/queue breakdowns: detailed rates mode only
+    if ex.persist is not None:
+        # a persistent exchange (x-persist-messages / x-persist-ms): what it holds
+        out["persist"] = persistent.stats(ex)
+    return out
 
 
 def queue(q, details=False):

@@ -38,7 +38,7 @@ def test_every_get_route_matches_its_schema(broker, doc):
     q, x = unique("q"), unique("x")
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     ch = conn.channel()
-    ch.exchange_declare(x, "direct")
+    ch.exchange_declare(x, "direct", arguments={"x-persist-messages": 10})     # its shape has "persist"
     ch.queue_declare(q)
     ch.queue_bind(q, x, "rk")
     ch.basic_consume(q, lambda *a: None)

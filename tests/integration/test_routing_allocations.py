@@ -59,9 +59,15 @@ def test_routing_allocates_nothing_per_message(tmp_path):
 
     try:
         assert proc.stdout.readline().strip() == "ready"
-        declare = [(commands.Queue.Declare(queue=q), commands.Queue.DeclareOk) for q in ("t", "h", "cc", "cc2")]
+        declare = [(commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+                   for q in ("t", "h", "cc", "cc2", "p")]
         declare += [(commands.Exchange.Declare(exchange=x, exchange_type=kind), commands.Exchange.DeclareOk)
                     for x, kind in (("topic", "topic"), ("headers", "headers"), ("direct", "direct"))]
+        # a persistent exchange: every message kept and stamped with its x-offset
+        declare.append((commands.Exchange.Declare(exchange="persist", exchange_type="topic",
+                                                  arguments={"x-persist-messages": 100_000}),
+                        commands.Exchange.DeclareOk))
+        declare.append((commands.Queue.Bind(queue="p", exchange="persist", routing_key="#"), commands.Queue.BindOk))
         for i in range(999):
             declare.append((commands.Queue.Bind(queue="t", exchange="topic", routing_key=f"dev.{i}.#"),
                             commands.Queue.BindOk))
@@ -85,6 +91,8 @@ def test_routing_allocates_nothing_per_message(tmp_path):
             # BCC: a second queue, and the record stored without the header
             "CC and BCC": ("cc", [publish_frames(1, "direct", "a", body, props({"BCC": ["b"], "n": i}))
                                   for i in range(VARIANTS)]),
+            "persistent exchange": ("p", [publish_frames(1, "persist", f"k.{i}", body, props({"n": i}) if i % 2
+                                                         else None) for i in range(VARIANTS)]),
         }
         for name, (queue, messages) in scenarios.items():
             flow(port, queue, messages, 20_000)          # warm-up: caches, buffers, segments

@@ -203,6 +203,33 @@ def test_exchange_bindings_publish_and_delete(ui, ui_broker):
     api(ui_broker, "DELETE", f"/api/queues/%2F/{queue}")
 
 
+def test_a_persistent_exchange_shows_what_it_stores_and_replays_into_a_new_binding(ui, ui_broker):
+    exchange, queue = unique("ui-px"), unique("ui-pxq")
+    assert api(ui_broker, "PUT", f"/api/exchanges/%2F/{exchange}",
+               {"type": "fanout", "durable": False, "arguments": {"x-persist-messages": 5}})[0] == 201
+    assert api(ui_broker, "PUT", f"/api/queues/%2F/{queue}", {"durable": False})[0] == 201
+    for i in range(7):
+        api(ui_broker, "POST", f"/api/exchanges/%2F/{exchange}/publish",
+            {"routing_key": "", "payload": f"m{i}", "payload_encoding": "string", "properties": {}})
+    ui.login()
+    ui.go("#/exchanges", "#exchanges-table tbody tr")
+    ui.page.fill("#exchanges-table input.filter", exchange)
+    wait_text(ui, "#exchanges-table tr", "5 (")
+    ui.go(f"#/exchange/%2F/{q(exchange)}", "#exchange-details dl")
+    details = ui.page.locator("#exchange-details").inner_text()
+    assert "Stored messages" in details and "3 – 7" in details and "5 messages" in details
+    # a binding asks for the two newest with the form's x-tail button
+    ui.page.fill("#bind-exchange input[name=destination]", queue)
+    ui.page.click("#bind-exchange .tag-buttons button:has-text('x-tail')")
+    ui.page.locator("#bind-exchange .args-editor .row .v").first.fill("2")
+    ui.page.click("#bind-exchange button[type=submit]")
+    wait_text(ui, "#bindings-source td", queue)
+    ui.shot("persistent-exchange")
+    assert api(ui_broker, "GET", f"/api/queues/%2F/{queue}")[1]["messages_ready"] == 2
+    api(ui_broker, "DELETE", f"/api/exchanges/%2F/{exchange}")
+    api(ui_broker, "DELETE", f"/api/queues/%2F/{queue}")
+
+
 def test_users_vhosts_and_a_management_user_sees_only_their_vhost(ui_factory, ui_broker):
     vhost, other, user = unique("ui-vh"), unique("ui-other"), unique("ui-user")
     admin = ui_factory()

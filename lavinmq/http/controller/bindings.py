@@ -1,4 +1,6 @@
 """/api/bindings and the bindings of one exchange or queue."""
+import asyncio
+
 from aiohttp import web
 
 from lavinmq.exchange import DefaultExchange
@@ -69,7 +71,12 @@ async def post_binding(request):
     check_user(request, "write", vhost, dest.name)
     check_user(request, "read", vhost, src.name)
     if kind == "q":
-        vhost.bind_queue(dest.name, src.name, rk, args)
+        replay = vhost.bind_queue(dest.name, src.name, rk, args)
+        if replay is not None:
+            # a persistent exchange copies stored messages: answered when they are in the queue
+            done = asyncio.get_running_loop().create_future()
+            replay.when_done(lambda: done.done() or done.set_result(None))
+            await done
     else:
         vhost.bind_exchange(dest.name, src.name, rk, args)
     key = shapes.properties_key(rk, args)

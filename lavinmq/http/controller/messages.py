@@ -5,6 +5,7 @@ import base64
 
 from aiohttp import web
 
+from lavinmq._core.exchange_store import route_and_keep
 from lavinmq.errors import AMQPError
 from lavinmq.http.helpers import HTTPError, MANAGEMENT, body_json, not_found, require, typed, vhost_of
 from lavinmq.http.records import build_record, check_props, parse_record
@@ -40,12 +41,12 @@ async def publish(request):
         raise HTTPError(400, f"PRECONDITION_FAILED - user_id property set to '{uid}' but authenticated user "
                              f"was '{user.name}'")
     rec = build_record(ex.name, rk, props, payload)
-    queues, _ = ex.resolve(rk, props.get("headers") or {})
-    ex.publish_in_count += 1
+    # routed as a publish is (counted; kept by persistent exchanges on its way)
+    queues, rec, kept = route_and_keep(ex, rec)
     if queues:
         ex.publish_out_count += 1
     stored = [q.publish_record(rec) for q in queues]
-    if not all(stored):
+    if not kept or not all(stored):
         raise HTTPError(507, "disk full: the message could not be stored")
     return web.json_response({"routed": bool(queues)})
 

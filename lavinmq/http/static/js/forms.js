@@ -105,7 +105,10 @@ export const QUEUE_ARGS = [['x-message-ttl', 'number'], ['x-expires', 'number'],
   ['x-max-length-bytes', 'number'], ['x-overflow', 'string'], ['x-dead-letter-exchange', 'string'],
   ['x-dead-letter-routing-key', 'string'], ['x-max-priority', 'number'], ['x-queue-type', 'string'],
   ['x-single-active-consumer', 'boolean'], ['x-delivery-limit', 'number']]
-export const EXCHANGE_ARGS = [['alternate-exchange', 'string'], ['x-delayed-type', 'string']]
+export const EXCHANGE_ARGS = [['alternate-exchange', 'string'], ['x-delayed-type', 'string'],
+  ['x-persist-messages', 'number'], ['x-persist-ms', 'number']]
+// a binding's request for a persistent exchange's stored messages
+export const REPLAY_ARGS = [['x-head', 'number'], ['x-tail', 'number'], ['x-from', 'number']]
 const PROPERTY_KEYS = ['content_type', 'content_encoding', 'priority', 'correlation_id', 'reply_to', 'expiration',
   'message_id', 'timestamp', 'type', 'user_id', 'app_id']
 const INT_PROPERTIES = ['priority', 'timestamp']

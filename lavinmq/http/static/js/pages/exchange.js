@@ -1,9 +1,9 @@
 // One exchange: details, rate chart, bindings both ways (add, remove),
 // publish a message, delete.
-import { h, clear, props, argsList, toast, card } from '../dom.js'
+import { h, clear, props, argsList, toast, card, fmtNumber, fmtBytes, fmtDuration } from '../dom.js'
 import { get, post, del, enc } from '../api.js'
 import { Chart, ratesOf } from '../chart.js'
-import { field, input, select, ArgsEditor, onSubmit, confirmed, publishForm } from '../forms.js'
+import { field, input, select, ArgsEditor, onSubmit, confirmed, publishForm, REPLAY_ARGS } from '../forms.js'
 import { historyQuery, exchangeHref, queueHref, nameLink, yesNo, Guard } from './common.js'
 
 export async function render ({ main, params, navigate }) {
@@ -18,7 +18,9 @@ export async function render ({ main, params, navigate }) {
   const rates = new Chart({ title: 'Message rates', unit: '/s', id: 'chart-rates' })
   const predeclared = name === '' || name.startsWith('amq.')
 
-  const bindArgs = new ArgsEditor()
+  // a persistent exchange: a new binding may ask for its stored messages
+  const persistent = name !== '' && Boolean((await get(`${base}?columns=persist`)).persist)
+  const bindArgs = new ArgsEditor({ suggestions: persistent ? REPLAY_ARGS : [] })
   const bindForm = h('form', { class: 'form-grid', id: 'bind-exchange' },
     field('To', select('kind', [['q', 'Queue'], ['e', 'Exchange']], 'q')),
     field('Destination', input('destination', { required: true })),
@@ -64,13 +66,21 @@ export async function render ({ main, params, navigate }) {
         get(`${base}/bindings/source`), get(`${base}/bindings/destination`)])
       clear(details, props([['Virtual host', x.vhost], ['Type', x.type], ['Durable', yesNo(x.durable)],
         ['Auto delete', yesNo(x.auto_delete)], ['Internal', yesNo(x.internal)], ['Arguments', argsList(x.arguments)],
-        ['Policy', x.policy || 'none']]))
+        ['Policy', x.policy || 'none'], ...storedRows(x.persist)]))
       const ms = x.message_stats || {}
       rates.update([['publish_in', 'Publish in'], ['publish_out', 'Publish out']]
         .map(([k, label]) => ({ label, points: ratesOf((ms[k + '_details'] || {}).samples) })))
       clear(outgoing, bindingTable(src, 'destination'))
       clear(incoming, bindingTable(dst, 'source'))
     })
+  }
+
+  function storedRows (p) {
+    if (!p) return []
+    const keeps = [p.max_messages ? `${fmtNumber(p.max_messages)} messages` : null,
+      p.max_ms ? (p.max_ms < 1000 ? `${p.max_ms} ms` : fmtDuration(p.max_ms)) : null].filter(Boolean).join(', ') || 'everything'
+    return [['Stored messages', fmtNumber(p.messages)], ['Stored bytes', fmtBytes(p.bytes)],
+      ['Offsets', p.messages ? `${p.first_offset} – ${p.last_offset}` : '–'], ['Keeps', keeps]]
   }
 
   const deleteButton = predeclared ? h('p', { class: 'muted' }, 'Predeclared exchanges cannot be deleted.') : h('button', {

@@ -1,5 +1,5 @@
 // Exchanges: the paged list with rates, and a form to add one.
-import { h, clear, fmtRate, toast, card } from '../dom.js'
+import { h, clear, fmtRate, fmtNumber, fmtBytes, toast, card } from '../dom.js'
 import { get, put, enc } from '../api.js'
 import { Table } from '../table.js'
 import { field, input, select, ArgsEditor, onSubmit, EXCHANGE_ARGS } from '../forms.js'
@@ -11,6 +11,8 @@ export async function render ({ main, vhost }) {
     { label: 'Name', key: 'name', cls: 'name', render: x => nameLink(exchangeHref(x.vhost, x.name), x.name) },
     { label: 'Type', key: 'type', render: x => x.type },
     { label: 'Features', render: features },
+    // persistent exchanges: the messages they keep
+    { label: 'Stored', key: 'persist.messages', num: true, render: x => x.persist ? `${fmtNumber(x.persist.messages)} (${fmtBytes(x.persist.bytes)})` : '–' },
     { label: 'Publish in', key: 'message_stats.publish_in_details.rate', num: true, render: x => fmtRate((x.message_stats || {}).publish_in_details) },
     { label: 'Publish out', key: 'message_stats.publish_out_details.rate', num: true, render: x => fmtRate((x.message_stats || {}).publish_out_details) }
   ]
