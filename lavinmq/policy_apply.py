@@ -18,7 +18,7 @@ import time
 
 log = logging.getLogger("lavinmq.policy")
 
-SLICE = 0.005       # seconds of applying between turns of the loop
+SLICE = 0.002       # seconds of applying between turns of the loop
 MANY = 16           # changed policies in one pass past which every object is recomputed
 
 

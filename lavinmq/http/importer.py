@@ -20,7 +20,7 @@ KNOWN_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_s
                     "rabbit_password_hashing_md5", "sha256", "sha512", "md5", "SHA256", "SHA512", "MD5")
 
 
-SLICE = 0.005       # seconds of compiling policy patterns between turns of the loop
+SLICE = 0.002       # seconds of compiling policy patterns between turns of the loop
 
 def _items(body, key):
     items = body.get(key, [])

@@ -25,7 +25,7 @@ from lavinmq.name_regex import NameRegex
 MAX_PATTERN = 1024          # characters
 MAX_PROGRAM = 1000          # RE2 program size (instructions)
 MAX_MEM = 1 << 20           # RE2's memory for the compiled program and its DFA cache
-SLICE = 0.005               # seconds of matching between yields to the loop
+SLICE = 0.002               # seconds of matching between yields to the loop
 BUDGET = 3.0                # seconds of CPU time matching, per request
 
 _turn = None                # asyncio.Lock, made in the loop that uses it

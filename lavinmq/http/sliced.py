@@ -16,7 +16,7 @@ from aiohttp import web
 
 from lavinmq.http.name_filter import FilterRefused
 
-SLICE = 0.005           # seconds of work between turns of the loop
+SLICE = 0.002           # seconds of work between turns of the loop (a second tenant waits about this long)
 CHUNK = 128             # list items encoded at a time
 
 

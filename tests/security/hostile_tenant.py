@@ -5,7 +5,7 @@ second tenant sees (confirm latency, lost messages) is the measure.
 Used by tests/security/test_hostile_tenant.py, and on its own to measure a
 broker of another tree (the code before the fixes, for the note):
 
-    python -m tests.security.hostile_tenant --seconds 3 [--root /path/to/other/tree]
+    python -m tests.security.hostile_tenant --seconds 3 [--root /path/to/other/tree] [--fresh]
 """
 import argparse
 import base64
@@ -268,57 +268,77 @@ def setup(b):
     assert status == 204, body
 
 
-def run(seconds=3.0, root=ROOT, log=print):
-    """-> {"attacks": {name: victim stats}, "all": victim stats over every attack}."""
+def run(seconds=3.0, root=ROOT, log=print, fresh=False):
+    """-> {"attacks": {name: the victim's stats}}. fresh: a broker of its own
+    for each attack (the code before the fixes does not survive some)."""
+    out = {"attacks": {}}
+    b = ctx = None
+    try:
+        for attack in [None] + ATTACKS:
+            if b is None or fresh:
+                if b is not None:
+                    _stop(b)
+                b, ctx = _start(root)
+            name = "baseline" if attack is None else attack.__name__
+            stats = _attack_while_publishing(b, ctx, attack, seconds)
+            out["attacks"][name] = stats
+            log(f"{name:22s} {json.dumps(stats)}")
+            if _http(b.http_url, "DELETE", "/api/queues/victim/victim-q/contents", timeout=30)[0] is None:
+                if not fresh:
+                    break           # the broker no longer answers
+                _stop(b)
+                b = None
+    finally:
+        if b is not None:
+            _stop(b)
+    return out
+
+
+def _start(root):
     tmp = tempfile.mkdtemp(prefix="hostile-tenant-")
     metrics_port = free_port()
     b = BrokerProcess(os.path.join(tmp, "data"), extra_args=["--metrics-http-port", str(metrics_port)], cwd=root)
     b.start()
-    out = {"attacks": {}}
+    setup(b)
+    return b, Context(b, metrics_port)
+
+
+def _stop(b):
     try:
-        setup(b)
-        ctx = Context(b, metrics_port)
-        url = f"amqp://alice:pw@{b.host}:{b.port}/victim"
-        for attack in [None] + ATTACKS:
-            victim = subprocess.Popen([sys.executable, "-c", VICTIM, url], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
-            assert victim.stdout.readline().strip() == "ready"
-            deadline = time.monotonic() + seconds
-            if attack is None:
-                time.sleep(seconds)     # the baseline: nobody attacks
-            else:
-                attack(ctx, deadline)
-            remaining = deadline - time.monotonic()
-            if remaining > 0:
-                time.sleep(remaining)
-            try:
-                stdout, _ = victim.communicate("stop\n", timeout=max(30.0, 3 * seconds))
-                stats = json.loads(stdout.strip().splitlines()[-1])
-            except (subprocess.TimeoutExpired, ValueError, IndexError):
-                victim.kill()
-                victim.communicate()
-                stats = {"confirmed": None, "in_queue": None, "p50": None, "p99": None, "max": None,
-                         "stuck": True}
-            name = "baseline" if attack is None else attack.__name__
-            out["attacks"][name] = stats
-            log(f"{name:22s} {json.dumps(stats)}")
-            purge = _http(b.http_url, "DELETE", "/api/queues/victim/victim-q/contents", timeout=30)
-            if purge[0] is None:
-                break           # the broker no longer answers
-    finally:
-        try:
-            b.stop(timeout=120)
-        except RuntimeError:
-            b.kill()
-    return out
+        b.stop(timeout=120)
+    except RuntimeError:
+        b.kill()
+
+
+def _attack_while_publishing(b, ctx, attack, seconds):
+    url = f"amqp://alice:pw@{b.host}:{b.port}/victim"
+    victim = subprocess.Popen([sys.executable, "-c", VICTIM, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert victim.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + seconds
+    if attack is None:
+        time.sleep(seconds)     # the baseline: nobody attacks
+    else:
+        attack(ctx, deadline)
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
+    try:
+        stdout, _ = victim.communicate("stop\n", timeout=max(30.0, 3 * seconds))
+        return json.loads(stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        victim.kill()
+        victim.communicate()
+        return {"confirmed": None, "in_queue": None, "p50": None, "p99": None, "max": None, "stuck": True}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=3.0, help="each attack (and the baseline) runs this long")
     p.add_argument("--root", default=ROOT, help="the tree whose broker to run (default: this one)")
+    p.add_argument("--fresh", action="store_true", help="a broker of its own for each attack")
     args = p.parse_args()
-    run(args.seconds, os.path.abspath(args.root))
+    run(args.seconds, os.path.abspath(args.root), fresh=args.fresh)
 
 
 if __name__ == "__main__":

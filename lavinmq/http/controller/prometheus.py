@@ -153,7 +153,8 @@ async def metrics(request):
 
 MAX_FAMILY_PARAMS = 32     # family= parameters in one request (there are 8 families)
 MAX_VHOST_PARAMS = 1000
-CHUNK_LINES = 200           # lines written (and the loop given a turn) at a time
+CHUNK_LINES = 200           # lines written (and the loop given a turn) at a time, at most
+SLICE = 0.002               # seconds of writing lines between turns of the loop
 
 
 async def detailed(request):
@@ -188,11 +189,13 @@ async def detailed(request):
 
 
 class StreamWriter:
-    """Writer's lines, sent to the response every CHUNK_LINES lines."""
+    """Writer's lines, sent to the response every CHUNK_LINES lines or
+    SLICE seconds, with a turn of the loop in between."""
 
     def __init__(self, prefix, resp):
         self.w = Writer(prefix)
         self.resp = resp
+        self.deadline = time.perf_counter() + SLICE
 
     async def metric(self, name, kind, help_, value, labels=None):
         self.w.metric(name, kind, help_, value, labels)
@@ -201,8 +204,8 @@ class StreamWriter:
         w = self.w
         w.header(name, kind, help_)
         for labels, value in samples:
-            w.value(name, value, labels)
-            if len(w.lines) >= CHUNK_LINES:
+            w.value(name, value, labels() if callable(labels) else labels)
+            if len(w.lines) >= CHUNK_LINES or time.perf_counter() > self.deadline:
                 await self.flush()
 
     async def flush(self):
@@ -211,11 +214,17 @@ class StreamWriter:
             self.w.lines.clear()
             await self.resp.write(text.encode())       # waits while the client is slow to read
         await asyncio.sleep(0)
+        self.deadline = time.perf_counter() + SLICE
 
 
 def _queues(vhosts):
-    # a snapshot: queues come and go while the scrape yields
-    return [({"queue": q.name, "vhost": v.name}, q) for v in vhosts for q in list(v.queues.values())]
+    # a snapshot: queues come and go while the scrape yields. The labels
+    # are made line by line (a dict per queue up front took a slice of its own)
+    return [(v.name, q) for v in vhosts for q in list(v.queues.values())]
+
+
+def _queue_labels(vhost_name, q):
+    return lambda: {"queue": q.name, "vhost": vhost_name}
 
 
 async def connection_churn(w, server, vhosts):
@@ -235,20 +244,20 @@ async def connection_churn(w, server, vhosts):
 async def queue_coarse(w, server, vhosts):
     qs = _queues(vhosts)
     await w.series("detailed_queue_messages_ready", "gauge", "Messages ready to be delivered to consumers",
-                   ((lab, q.message_count) for lab, q in qs))
+                   ((_queue_labels(v, q), q.message_count) for v, q in qs))
     await w.series("detailed_queue_messages_unacked", "gauge",
                    "Messages delivered to consumers but not yet acknowledged",
-                   ((lab, q.unacked_count) for lab, q in qs))
+                   ((_queue_labels(v, q), q.unacked_count) for v, q in qs))
     await w.series("detailed_queue_messages", "gauge", "Sum of ready and unacknowledged messages - total queue depth",
-                   ((lab, q.message_count + q.unacked_count) for lab, q in qs))
+                   ((_queue_labels(v, q), q.message_count + q.unacked_count) for v, q in qs))
     # no message deduplication in this broker: nothing is ever deduplicated
     await w.series("detailed_queue_deduplication", "counter", "Number of deduplicated messages for this queue",
-                   ((lab, 0) for lab, q in qs))
+                   ((_queue_labels(v, q), 0) for v, q in qs))
 
 
 async def queue_consumers(w, server, vhosts):
     await w.series("detailed_queue_consumers", "gauge", "Consumers on a queue",
-                   ((lab, len(q.consumers)) for lab, q in _queues(vhosts)))
+                   ((_queue_labels(v, q), len(q.consumers)) for v, q in _queues(vhosts)))
 
 
 async def connection_coarse(w, server, vhosts):
