@@ -43,4 +43,4 @@ cdef class CoreConnection:
     cdef Channel channel_for_content(self, uint16_t ch)
     cdef Channel lookup(self, uint16_t ch)
     cdef void consume(self, Py_ssize_t pos) noexcept
-    cdef void lose_framing(self) noexcept
+    cdef int lose_framing(self) except -1

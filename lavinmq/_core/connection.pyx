@@ -204,7 +204,7 @@ cdef class CoreConnection:
         if self.rlen:
             memmove(self.rbuf, self.rbuf + pos, self.rlen)
 
-    cdef void lose_framing(self) noexcept:
+    cdef int lose_framing(self) except -1:
         """A frame header we cannot trust (too large, or no frame-end where
         its size says): nothing after it can be parsed, and a header that
         stayed in the buffer would make every read fail on it again and the
@@ -212,6 +212,11 @@ cdef class CoreConnection:
         client may send is lost with it and the close timer ends the socket."""
         self.framing_lost = True
         self.rlen = 0
+        # and stop reading: the kernel's buffers fill and the sender's
+        # writes block, instead of both sides spending CPU on bytes that are
+        # thrown away until the close timer (the socket is reset then)
+        self.block_reading()
+        return 0
 
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1:
         cdef Channel c

@@ -105,6 +105,8 @@ def listing(request, items, shape=None):
                 return [i for i in kept if name in str(i.get("name", ""))]
     if shape is None and select is None:
         return web.json_response(_listed(q, items, everything, page))
+    if select is None and page is None and not q.get("sort") and not q.get("columns"):
+        return sliced.SlicedListing(items, shape, None, None)     # every item as it is: streamed
     return sliced.SlicedListing(items, shape, select, lambda kept: _listed(q, kept, everything, page))
 
 

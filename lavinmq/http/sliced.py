@@ -44,7 +44,10 @@ def dumps(value):
 class SlicedListing(web.StreamResponse):
     """`objects`, shaped by `shape` (None: already shaped), kept by
     `select` (None, or an async function of the list), and made into the
-    answer by `make(kept)` (a JSON value; the request was checked before)."""
+    answer by `make(kept)` (a JSON value; the request was checked before).
+    make=None: the answer is the shaped list as it is, shaped and sent a
+    chunk at a time without holding it all (thousands of shaped objects
+    kept across turns of the loop made the garbage collector walk them)."""
 
     def __init__(self, objects, shape, select, make):
         super().__init__()
@@ -53,6 +56,8 @@ class SlicedListing(web.StreamResponse):
     async def prepare(self, request):
         objects, shape, select, make = self._job
         self._job = None
+        if make is None:
+            return await self._stream(request, objects, shape)
         status = 200
         try:
             items = objects if shape is None else await sliced_map(objects, shape)
@@ -76,4 +81,25 @@ class SlicedListing(web.StreamResponse):
             await self.write(b"]")
         else:
             await self.write(dumps(payload))
+        return writer
+
+    async def _stream(self, request, objects, shape):
+        self.content_type = "application/json"
+        writer = await super().prepare(request)
+        sep = b"["              # before the first chunk, then ","
+        chunk = []
+        deadline = time.perf_counter() + SLICE
+        for obj in objects:
+            chunk.append(shape(obj))
+            late = time.perf_counter() > deadline
+            if len(chunk) >= CHUNK or late:
+                await self.write(sep + dumps(chunk)[1:-1])
+                sep, chunk = b",", []
+                if late:
+                    await asyncio.sleep(0)
+                    deadline = time.perf_counter() + SLICE
+        if chunk:
+            await self.write(sep + dumps(chunk)[1:-1])
+            sep = b","
+        await self.write(b"[]" if sep == b"[" else b"]")
         return writer

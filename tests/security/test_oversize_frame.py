@@ -48,7 +48,8 @@ def test_oversize_frame_header_then_a_stream_of_zeros(make_broker):
         time.sleep(0.05)
     for t in threads:
         t.join()
-    assert sent[0] > 20 << 20, f"only {sent[0]} bytes went out: the attack did not run"
+    # (the broker stops reading such a socket: the sender blocks once the buffers are full)
+    assert sent[0] > 1 << 20, f"only {sent[0]} bytes went out: the attack did not run"
     assert peak - before < 60, f"RSS grew from {before:.0f} MB to {peak:.0f} MB"
     # the error is answered (connection.close 501, FRAME_ERROR) and the socket closed
     for s in socks:
