@@ -29,7 +29,7 @@ AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y"
 MAX_AGE_SECONDS = 10_000 * 365 * 86400
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 # quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
-QUEUE_TYPES = ("classic", "quorum", "stream")
+QUEUE_TYPES = ("classic", "quorum", "stream", "mqtt")   # mqtt: an MQTT session (lavinmq/mqtt)
 X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 
 

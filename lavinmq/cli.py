@@ -69,23 +69,32 @@ def main(argv=None) -> int:
     from lavinmq.config import Config
     from lavinmq.datadir import DataDirLock
     lock = None
+    held = False
     try:
-        config = Config.load(argv)
-        setup_logging(config)
-        for warning in config.warnings:
-            log.warning("%s", warning)
-        make_data_dir(config.data_dir)
-        if config.data_dir_lock:
-            lock = DataDirLock(config.data_dir).acquire()
-    except SystemExit as exc:    # --help, --version, a flag argparse rejected
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    except ConfigError as exc:
-        print(f"lavinmq: error: {exc}", file=sys.stderr)
-        return 2
-    try:
+        try:
+            config = Config.load(argv)
+            setup_logging(config)
+            for warning in config.warnings:
+                log.warning("%s", warning)
+            if config.data_dir_lock:
+                # another broker on this data directory is the likelier news than
+                # its ports being busy: said first, and nothing written to find out
+                DataDirLock(config.data_dir).check_free()
+            held = hold_ports(config)
+            make_data_dir(config.data_dir)
+            if config.data_dir_lock:
+                lock = DataDirLock(config.data_dir).acquire()
+        except SystemExit as exc:    # --help, --version, a flag argparse rejected
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        except ConfigError as exc:
+            print(f"lavinmq: error: {exc}", file=sys.stderr)
+            return 2
         from lavinmq import launcher   # imported late: --help must not pay for the broker's imports
         from lavinmq.listener import ListenError
         try:
+            if config.clustering:
+                from lavinmq.clustering import node     # a cluster's node: follows, or leads
+                return node.run(config)
             return launcher.run(config)
         except (ConfigError, ListenError) as exc:
             # a port in use, a certificate that does not load: one line, no traceback
@@ -94,5 +103,23 @@ def main(argv=None) -> int:
             print(f"lavinmq: error: {exc}", file=sys.stderr)
             return 2
     finally:
+        if held:
+            from lavinmq import ports
+            ports.release()
         if lock is not None:
             lock.release()
+
+
+def hold_ports(config):
+    """Every listener's port, before the data directory is made or written
+    (the listeners take them as they open): a ConfigError naming each busy
+    one and its flag."""
+    from lavinmq import ports
+    from lavinmq.listener import ListenError
+    try:
+        ports.hold(config)
+    except ListenError as exc:
+        if config.log_file:
+            log.error("%s", exc)
+        raise ConfigError(str(exc)) from None
+    return True

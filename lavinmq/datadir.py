@@ -21,6 +21,24 @@ class DataDirLock:
     def locked(self) -> bool:
         return self.fd is not None
 
+    def check_free(self):
+        """ConfigError when another process holds the lock; creates and
+        writes nothing (a missing directory or lock file is free)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            raise ConfigError(f"data directory {self.data_dir} (--data-dir / [main] data_dir) is locked by "
+                              f"another lavinmq process (pid {pid})") from None
+        except OSError:
+            return          # acquire() says what is wrong
+        finally:
+            os.close(fd)    # drops the shared lock, if it was had
+
     def acquire(self) -> "DataDirLock":
         if self.fd is not None:
             return self

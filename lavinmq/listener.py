@@ -212,8 +212,9 @@ class ConnectionGuard:
         if close is not None:
             close()
         self.dropped += 1
-        self._log("connection from %s closed before login to make room for one from %s (sockets not "
-                  "logged in are capped, those that got least far go first)", ticket.address, newcomer)
+        self._log("connection from %s closed before login (%s) to make room for one from %s (sockets not "
+                  "logged in are capped, those that got least far go first)", ticket.address,
+                  ("silent", "talking", "logging in")[ticket.stage], newcomer)
         return True
 
     def _release(self, ticket):
@@ -246,10 +247,20 @@ class ConnectionGuard:
                 del self.waiting_by_key[ticket.key]
 
 
-def bind_sockets(host, port, what, setting):
-    """Listening sockets for host:port (every address host resolves to).
-    `what` ("AMQP port") and `setting` ("--amqp-port / [amqp] port") name it
-    in the error."""
+# sockets bound when the process started (lavinmq.ports), not listening
+# yet: (host, port) as configured -> [socket]. A listener opening on one of
+# them takes it, as with systemd's socket activation.
+HELD = {}
+
+
+def bind_sockets(host, port, what, setting, listen=True):
+    """Listening sockets for host:port (every address host resolves to):
+    those held for it since start, or new ones. `what` ("AMQP port") and
+    `setting` ("--amqp-port / [amqp] port") name it in the error.
+    listen=False: bound only (lavinmq.ports holds them)."""
+    held = HELD.pop((host, port), None)
+    if held is not None:
+        return listen_on(held, port, what, setting) if listen else held
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -276,12 +287,26 @@ def bind_sockets(host, port, what, setting):
                                       f"machine") from None
                 raise ListenError(f"{what} {port} ({setting}) cannot be opened on {addr[0]}: "
                                   f"{exc.strerror}") from None
-            sock.listen(1024)
-            sock.setblocking(False)
     except BaseException:
         for s in socks:
             s.close()
         raise
+    return listen_on(socks, port, what, setting) if listen else socks
+
+
+def listen_on(socks, port, what, setting):
+    """Bound sockets start listening. Two sockets with SO_REUSEADDR may bind
+    one port; the second to listen fails, named as a bind would be."""
+    try:
+        for sock in socks:
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError as exc:
+        for s in socks:
+            s.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"{what} {port} ({setting}) is in use") from None
+        raise ListenError(f"{what} {port} ({setting}) cannot be opened: {exc.strerror}") from None
     return socks
 
 
@@ -296,7 +321,8 @@ class Listener:
         self.factory = protocol_factory
         self.guard = guard
         self.name = name
-        self.kind = "amqp" if name.startswith("AMQP") else "http"     # the guard counts them apart
+        # the guard counts each protocol's sockets from an address apart
+        self.kind = {"AMQPS": "amqp", "MQTTS": "mqtt", "HTTPS": "http"}.get(name, name.lower())
         self.ssl = ssl_context
         self.handshake_timeout = handshake_timeout
         self.loop = None

@@ -20,6 +20,7 @@ import orjson
 
 from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
+from lavinmq.clustering import changes
 
 from lavinmq.name_regex import NameRegex
 
@@ -193,7 +194,9 @@ class PolicyStore:
 
     def _save_now(self):
         for operator in sorted(self._unsaved):
-            self._write(*self._snapshot(operator))
+            path, data, generation = self._snapshot(operator)
+            self._write(path, data, generation)
+            changes.changed(path)
         self._unsaved.clear()
 
     async def _save_in_thread(self):
@@ -202,7 +205,9 @@ class PolicyStore:
             while self._unsaved:
                 operators, self._unsaved = self._unsaved, set()
                 for operator in sorted(operators):
-                    await loop.run_in_executor(None, self._write, *self._snapshot(operator))
+                    path, data, generation = self._snapshot(operator)
+                    await loop.run_in_executor(None, self._write, path, data, generation)
+                    changes.changed(path)       # (replication: on the loop, not in the thread)
         except OSError as exc:
             log.error("vhost %s: writing its policies failed: %s", self.vhost.name, exc)
             raise
@@ -357,6 +362,7 @@ class PolicyStore:
 
     def apply_to_queue(self, q):
         q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+        self._federation_follows(q, "queue")
 
     def apply_to_exchange(self, ex):
         policy, _, definition, settings = self.effective(ex.name, "exchange", ex.arguments)
@@ -364,6 +370,13 @@ class PolicyStore:
         ex.effective_policy_definition = definition
         # the exchange's own argument wins over this (the routing core keeps both)
         ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        self._federation_follows(ex, "exchange")
+
+    def _federation_follows(self, obj, kind):
+        # federation-upstream(-set) keys make links (lavinmq.federation), while the vhost has upstreams
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.policy_applied(obj, kind)
 
     def apply_all(self):
         """Every queue and exchange gets what applies now (at boot; a

@@ -14,6 +14,12 @@ the next flush) and, per store that wrote records, its commit record
 (lavinmq/commit.py), which lets recovery after a power cut keep exactly
 what flushes made durable. When nothing waits for the disk (acks only,
 publishers without confirms), a flush still runs within LAZY_FLUSH seconds.
+
+On a cluster's leader a flush is also the unit of replication: when it
+starts, the replicator (lavinmq/clustering/replicator.py) sends the
+followers what it covers, and its waiters run once the in-sync followers
+have it on their disks too. A single node has no replicator and pays one
+comparison per flush.
 """
 import asyncio
 import concurrent.futures
@@ -105,11 +111,14 @@ class Syncer:
         self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
         self._current = None     # the running flush's future
         self.failed = False      # a flush failed: the broker is stopping
+        self.replicator = None   # a cluster's leader: lavinmq.clustering.replicator.Replicator
+        self.replicating = 0     # flushes done here whose followers have not all acknowledged
 
     @property
     def idle(self):
         """Nothing written and nothing in flight: a confirm may go out now."""
-        return not self.flushing and not self.dirty and not self.extra_files and self.retry is None
+        return (not self.flushing and not self.dirty and not self.extra_files and self.retry is None
+                and not self.replicating)
 
     def after_flush(self, callback):
         """Run callback once everything written so far is on disk."""
@@ -184,15 +193,19 @@ class Syncer:
                 dirs.add(os.path.dirname(directory))
             if job is not None:
                 jobs.append(job)
+        # the followers get the flush first: their round trip is the longer one
+        rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(None, flush_round, files, sorted(dirs), jobs, self.data_dir)
-        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs, jobs))
+        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs, jobs, rnd))
         self._current = fut
 
-    def _done(self, fut, waiters, files=(), dirs=(), jobs=()):
+    def _done(self, fut, waiters, files=(), dirs=(), jobs=(), rnd=None):
         self.flushing = False
         self.flushes += 1
         exc = fut.exception()
+        if exc is not None and rnd is not None:
+            rnd.flushed(None)       # its confirms wait for a later flush, or never come
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
             # out of descriptors to open the files with: nothing was lost on
             # the disk, so wait (confirms wait too) and flush the same files again
@@ -208,6 +221,16 @@ class Syncer:
             self.failed = True
             os.kill(os.getpid(), 15)
             return
+        if rnd is not None:
+            rnd.flushed(lambda: self._release(waiters))
+        else:
+            self._release(waiters)
+        if self.waiters:
+            self._start()
+        elif self.dirty or self.extra_files:
+            self._arm()
+
+    def _release(self, waiters):
         conns = set()
         for callback in waiters:
             try:
@@ -219,10 +242,6 @@ class Syncer:
                 conns.add(conn)
         for conn in conns:
             conn.flush()
-        if self.waiters:
-            self._start()
-        elif self.dirty or self.extra_files:
-            self._arm()
 
     def _retry(self):
         if not self.flushing and self.retry is not None:

@@ -43,8 +43,11 @@ def isolated(tmp_path, monkeypatch):
 
 @pytest.fixture
 def runs(monkeypatch):
-    """Replaces launcher.run; records each config and what it saw."""
+    """Replaces launcher.run; records each config and what it saw. The
+    ports are not bound (the defaults may be another broker's here):
+    tests/security/test_ports_in_use.py starts real processes for that."""
     calls = []
+    monkeypatch.setattr(cli, "hold_ports", lambda config: False)
 
     def run(config):
         locked_out = None

@@ -229,6 +229,8 @@ cdef int write_headers(WriteBuffer wb, const char *hbody, Py_ssize_t hlen, const
     cdef Py_ssize_t at, arr, pos
     cdef Field f, xdeath, cc, item
     cdef bint has_xdeath = False, has_cc = False, has_first = False, matched = False
+    xdeath.val = NULL    # read only when has_xdeath; set so that gcc sees it is never used unset
+    xdeath.vlen = 0
     if hbody is not NULL and not table_ok(hbody, hlen):
         hbody = NULL
     at = wb.len

@@ -1,4 +1,4 @@
-"""The Spark connector (pip install lavinmq[spark]): Spark's Python Data
+"""The Spark connector (from a checkout: pip install '.[spark]'): Spark's Python Data
 Source API over stream queues and segment files.
 
     from lavinmq.spark import register

@@ -114,6 +114,75 @@ def read_shortstr(p, pos):
     return p[pos + 1:pos + 1 + n].decode("utf-8", "replace"), pos + 1 + n
 
 
+def read_value(p, pos):
+    """One field-table value at pos -> (value, pos after it). The types
+    RabbitMQ's and our brokers put in server properties, and the rest of
+    the 0-9-1 table types, read plainly."""
+    kind = p[pos:pos + 1]
+    pos += 1
+    if kind == b"S" or kind == b"x":
+        n = struct.unpack_from(">I", p, pos)[0]
+        raw = p[pos + 4:pos + 4 + n]
+        return (raw.decode("utf-8", "replace") if kind == b"S" else bytes(raw)), pos + 4 + n
+    if kind == b"F":
+        return read_table(p, pos)
+    if kind == b"A":
+        n = struct.unpack_from(">I", p, pos)[0]
+        end, pos, out = pos + 4 + n, pos + 4, []
+        while pos < end:
+            v, pos = read_value(p, pos)
+            out.append(v)
+        return out, end
+    if kind == b"t":
+        return p[pos] != 0, pos + 1
+    if kind == b"V":
+        return None, pos
+    if kind == b"D":
+        scale, unscaled = struct.unpack_from(">Bi", p, pos)
+        return decimal.Decimal(unscaled).scaleb(-scale), pos + 5
+    # RabbitMQ's reading of the types (its errata: "s" is a short int)
+    fmt = {b"b": ">b", b"B": ">B", b"s": ">h", b"U": ">h", b"u": ">H", b"I": ">i", b"i": ">I", b"L": ">q",
+           b"l": ">q", b"f": ">f", b"d": ">d", b"T": ">Q"}.get(kind)
+    if fmt is None:
+        raise ValueError(f"unknown field type {kind!r}")
+    return struct.unpack_from(fmt, p, pos)[0], pos + struct.calcsize(fmt)
+
+
+def read_table(p, pos):
+    n = struct.unpack_from(">I", p, pos)[0]
+    end, pos, out = pos + 4 + n, pos + 4, {}
+    while pos < end:
+        key, pos = read_shortstr(p, pos)
+        out[key], pos = read_value(p, pos)
+    return out, end
+
+
+def server_properties(uri, timeout=5.0):
+    """What the broker at uri says of itself in Connection.Start (product,
+    version, platform, information, ...), read before logging in: the
+    socket is closed after the first frame, nothing is sent but the
+    protocol header."""
+    host, port, *_ = parse_uri(uri)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        buf = b""
+        while True:
+            if len(buf) >= 7:
+                if buf[0] != 1:      # not a method frame: e.g. another protocol's answer
+                    break
+                size = struct.unpack_from(">I", buf, 3)[0]
+                if len(buf) >= size + 8:
+                    break
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"{host}:{port} closed the connection without a Connection.Start "
+                                      f"(not an AMQP 0-9-1 broker?)")
+            buf += chunk
+    if buf[0] != 1 or len(buf) < 13 or struct.unpack_from(">HH", buf, 7) != (10, 10):
+        raise ConnectionError(f"{host}:{port} did not answer with a Connection.Start (not an AMQP 0-9-1 broker?)")
+    return read_table(buf, 13)[0]      # after the header (7), class/method (4), version (2)
+
+
 def parse_uri(uri):
     u = urllib.parse.urlparse(uri)
     if u.scheme not in ("amqp", ""):

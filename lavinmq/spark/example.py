@@ -12,6 +12,11 @@
    to it) and written to Parquet under --out.
 4. Progress is printed while it runs; a summary checks every count against
    what the generator published.
+
+Before it writes, it checks that the broker at --uri is this one (lavinmq
+for Python, from what the broker says of itself when a client connects):
+another broker listening on the same port gets nothing unless --any-broker
+is given.
 """
 import argparse
 import collections
@@ -23,15 +28,45 @@ import shutil
 import sys
 import threading
 import time
+import urllib.parse
 
-from lavinmq.spark.amqp import Connection, properties, publish_frames
+from lavinmq.spark.amqp import Connection, parse_uri, properties, publish_frames, server_properties
 
 STREAM, EXCHANGE, RESULTS = "clicks", "page-stats", "page-stats"
 END_PAGE = "__end__"          # one last event, late enough to close every window
+# what this broker says of itself in Connection.Start ("information"; its
+# "product" is "LavinMQ", as LavinMQ's own): lavinmq/amqp/connection.py
+THIS_BROKER = "lavinmq for Python"
+
+
+class WrongBroker(Exception):
+    """The broker at --uri is not this one."""
 
 
 def log(msg):
     print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def shown_uri(uri):
+    """The URI without its password, to print."""
+    host, port, user, _, vhost = parse_uri(uri)
+    return f"amqp://{user}:***@{host}:{port}/{urllib.parse.quote(vhost, safe='')}"
+
+
+def check_target(uri, any_broker=False):
+    """-> how the broker at uri names itself; WrongBroker when it is not
+    this broker (and any_broker is not set), before anything is sent to it."""
+    props = server_properties(uri)
+    info = props.get("information")
+    name = " ".join(str(props[k]) for k in ("product", "version") if props.get(k)) or "an unnamed broker"
+    if info:
+        name += f" ({info})"
+    if info != THIS_BROKER and not any_broker:
+        raise WrongBroker(
+            f"{shown_uri(uri)} is {name}, not {THIS_BROKER}: the pipeline would declare a stream "
+            f"'{STREAM}', an exchange and a queue there and publish into them. Start this broker "
+            f"(./dev run), point --uri at it, or pass --any-broker to write there anyway")
+    return name
 
 
 def setup_topology(uri):
@@ -154,6 +189,8 @@ def run(opts, spark=None):
     use (and leave running); by default one is started and stopped."""
     started = time.monotonic()
     own_session = spark is None
+    name = check_target(opts.uri, opts.any_broker)
+    log(f"broker {shown_uri(opts.uri)}: {name}")
     if os.path.exists(opts.out):
         shutil.rmtree(opts.out)
     os.makedirs(opts.out)
@@ -217,16 +254,23 @@ def run(opts, spark=None):
     return 0 if ok and received == len(rows) else 1
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and each option's default."""
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lavinmq.spark.example", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--uri", default=os.environ.get("LAVINMQ_URI", "amqp://guest:guest@127.0.0.1:5672/%2F"))
-    ap.add_argument("--events", type=int, default=20000)
-    ap.add_argument("--pages", type=int, default=20)
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--uri", default=os.environ.get("LAVINMQ_URI", "amqp://guest:guest@127.0.0.1:5672/%2F"),
+                    help="the broker (./dev run's defaults; LAVINMQ_URI sets another default)")
+    ap.add_argument("--any-broker", action="store_true",
+                    help="write to the broker at --uri even when it is not lavinmq for Python")
+    ap.add_argument("--events", type=int, default=20000, help="click events to publish")
+    ap.add_argument("--pages", type=int, default=20, help="distinct pages the events are spread over")
     ap.add_argument("--minutes", type=int, default=10, help="simulated minutes the events span")
     ap.add_argument("--rate", type=int, default=5000, help="events per second (0: as fast as possible)")
     ap.add_argument("--out", default="pipeline-out", help="Parquet and checkpoints (replaced)")
-    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for every aggregate")
     return ap.parse_args(argv)
 
 
@@ -235,7 +279,10 @@ def main(argv=None):
     try:
         return run(opts)
     except ConnectionRefusedError:
-        print(f"no broker at {opts.uri}: start one with ./dev run", file=sys.stderr)
+        print(f"no broker at {shown_uri(opts.uri)}: start one with ./dev run", file=sys.stderr)
+        return 69
+    except (WrongBroker, ConnectionError) as exc:
+        print(f"pipeline: {exc}", file=sys.stderr)
         return 69
 
 

@@ -14,4 +14,6 @@ def test_example_pipeline(spark, broker, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "every aggregate matches the generator:        yes" in out, out[-3000:]
     assert "aggregates received on queue 'page-stats':     " in out
+    # it said which broker it wrote to, and that it is this one (tests/spark/test_example_target.py)
+    assert f"broker amqp://guest:***@127.0.0.1:{broker.port}/%2F: LavinMQ " in out
     assert rc == 0

@@ -36,7 +36,7 @@ def _missing():
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "playwright is not installed (./dev setup installs the test extra)"
+        return "playwright is not installed (./dev test installs the test extra)"
     if not os.access(CHROMIUM, os.X_OK):
         return f"no browser at {CHROMIUM} (apt-get install chromium; .ci/run does)"
     return None

@@ -43,7 +43,7 @@ def test_assets_ship_in_the_package_and_fetch_nothing_from_outside():
 def test_package_data_and_the_frozen_build_include_the_assets():
     pyproject = open(os.path.join(ROOT, "pyproject.toml")).read()
     assert re.search(r'"lavinmq\.http"\s*=\s*\[[^\]]*"static/\*\*/\*"', pyproject), "package-data for the UI"
-    spec = open(os.path.join(ROOT, "packaging", "lavinmq.spec")).read()
+    spec = open(os.path.join(ROOT, "packaging", "pyinstaller.spec")).read()
     assert "lavinmq/http/static" in spec
 
 

@@ -3,6 +3,7 @@ extensions and the OpenAPI document."""
 import lavinmq
 from aiohttp import web
 
+from lavinmq.exchange import DECLARABLE_TYPES
 from lavinmq.http import compat, history, shapes
 from lavinmq.http.helpers import MANAGEMENT, require, vhost_of
 from lavinmq.http.stats import rates_for
@@ -48,8 +49,8 @@ async def overview(request):
         "product_version": lavinmq.__version__, "lavinmq_version": lavinmq.__version__,
         "rabbitmq_version": "3.10.8", "node": shapes.NODE, "cluster_name": shapes.NODE,
         "uptime": shapes.uptime_ms(server.started), "rates_mode": "basic",
-        "exchange_types": [{"name": t, "description": "", "enabled": True}
-                           for t in ("direct", "fanout", "headers", "topic")],
+        "exchange_types": [{"name": t, "description": text, "enabled": True}
+                           for t, text in DECLARABLE_TYPES.items()],
         "object_totals": {"connections": len(conns), "channels": len(chans),
                           "consumers": sum(len(q.consumers) for q in queues), "queues": len(queues),
                           "exchanges": sum(len(v.exchanges) for v in vhosts)},

@@ -4,7 +4,7 @@ import { h, clear, props, fmtNumber, fmtBytes, argsList, toast, card } from '../
 import { get, request, enc } from '../api.js'
 import { Chart, ratesOf } from '../chart.js'
 import { field, input, onSubmit, confirmed } from '../forms.js'
-import { historyQuery, channelHref, nameLink, stateBadge, yesNo, Guard } from './common.js'
+import { historyQuery, channelHref, queueHref, nameLink, stateBadge, yesNo, Guard } from './common.js'
 import { clientName } from './connections.js'
 
 export async function render ({ main, params, navigate }) {
@@ -12,6 +12,7 @@ export async function render ({ main, params, navigate }) {
   const base = `api/connections/${enc(name)}`
   const guard = new Guard()
   const details = h('div', { id: 'connection-details' })
+  const subtitle = h('small', { id: 'connection-subtitle' }, 'connection')
   const client = h('div', { id: 'client-properties' })
   const channels = h('div', { class: 'table-wrap', id: 'connection-channels' })
   const rates = new Chart({ title: 'Data rates', unit: ' B/s', id: 'chart-data' })
@@ -28,13 +29,22 @@ export async function render ({ main, params, navigate }) {
   async function refresh () {
     return guard.refresh(async () => {
       const [c, chs] = await Promise.all([get(`${base}?${historyQuery()}`), get(`${base}/channels`)])
+      const mqtt = c.client_id !== undefined
       clear(details, props([['Virtual host', c.vhost], ['User', c.user], ['State', stateBadge(c.state)],
-        ['Client', clientName(c)], ['Peer', `${c.peer_host}:${c.peer_port}`], ['Protocol', c.protocol],
-        ['Authentication', c.auth_mechanism], ['TLS', yesNo(c.ssl)], ['Heartbeat', `${c.timeout} s`],
-        ['Frame max', fmtNumber(c.frame_max)], ['Channel max', fmtNumber(c.channel_max)],
+        [mqtt ? 'Client id' : 'Client', clientName(c)], ['Peer', `${c.peer_host}:${c.peer_port}`],
+        ['Protocol', c.protocol + (c.transport === 'websocket' ? ' over WebSocket' : '')],
+        ['Authentication', c.auth_mechanism], ['TLS', yesNo(c.ssl)], [mqtt ? 'Keepalive' : 'Heartbeat', `${c.timeout} s`],
+        ...(mqtt
+          ? [['Clean session', yesNo(c.clean_session)],
+              ['Session', c.session ? nameLink(queueHref(c.vhost, c.session), c.session) : '–'],
+              ['Max packet size', fmtNumber(c.frame_max)]]
+          : [['Frame max', fmtNumber(c.frame_max)], ['Channel max', fmtNumber(c.channel_max)]]),
         ['Received', fmtBytes(c.recv_oct)], ['Sent', fmtBytes(c.send_oct)],
         ['Connected at', c.connected_at ? new Date(c.connected_at).toLocaleString() : undefined]]))
       clear(client, argsList(c.client_properties))
+      // the name its client gave it (connection_name), first in the details
+      clear(subtitle, c.user_provided_name ? `connection "${c.user_provided_name}"` : 'connection')
+      if (c.user_provided_name) details.firstChild.prepend(h('dt', null, 'Client-provided name'), h('dd', null, c.user_provided_name))
       rates.update([{ label: 'Received', points: ratesOf((c.recv_oct_details || {}).samples) },
         { label: 'Sent', points: ratesOf((c.send_oct_details || {}).samples) }])
       clear(channels, chs.length
@@ -46,7 +56,7 @@ export async function render ({ main, params, navigate }) {
         : h('p', { class: 'muted' }, 'No channels.'))
     })
   }
-  clear(main, h('h1', null, name, h('small', null, 'connection')),
+  clear(main, h('h1', null, name, subtitle),
     h('div', { class: 'grid-2' }, card('Details', details), h('section', { class: 'card' }, rates.el)),
     card('Channels', channels), card('Client properties', client), card('Close this connection', closeForm))
   await refresh()

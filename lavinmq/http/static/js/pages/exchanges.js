@@ -21,10 +21,17 @@ export async function render ({ main, vhost }) {
   const types = (overview.exchange_types || []).map(t => t.name)
   const args = new ArgsEditor({ suggestions: EXCHANGE_ARGS })
   const names = vhosts.map(v => v.name)
+  // every type the broker declares (/api/overview exchange_types); a delayed
+  // exchange needs the type it routes as, x-delayed-type: offered at once
+  const typeSelect = select('type', types.length ? types : ['direct', 'fanout', 'topic', 'headers'], 'direct')
+  typeSelect.addEventListener('change', () => {
+    const keys = [...args.el.querySelectorAll('.k')].map(k => k.value.trim())
+    if (typeSelect.value === 'x-delayed-message' && !keys.includes('x-delayed-type')) args.add('x-delayed-type', '', 'string')
+  })
   const form = h('form', { class: 'form-grid', id: 'add-exchange' },
     field('Virtual host', select('vhost', names, vhost || names[0])),
     field('Name', input('name', { required: true, maxlength: 255 })),
-    field('Type', select('type', types.length ? types : ['direct', 'fanout', 'topic', 'headers'], 'direct')),
+    field('Type', typeSelect),
     field('Durable', select('durable', [['true', 'Durable'], ['false', 'Transient']], 'true')),
     field('Auto delete', select('auto_delete', [['false', 'No'], ['true', 'Yes']], 'false')),
     field('Internal', select('internal', [['false', 'No'], ['true', 'Yes']], 'false')),

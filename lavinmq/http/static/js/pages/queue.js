@@ -1,5 +1,6 @@
 // One queue: state and counts, rate and length charts, arguments and
-// policy, consumers, bindings (add, remove), publish, get messages,
+// policy, consumers, bindings (add, remove), publish, get messages (a
+// stream: its size, first and last offset, and reading by offset),
 // purge, delete, and pause/resume when the broker's API has them.
 import { h, clear, stat, props, fmtNumber, fmtBytes, fmtRate, argsList, toast, card } from '../dom.js'
 import { get, put, post, del, enc } from '../api.js'
@@ -29,6 +30,8 @@ export async function render ({ main, params, navigate }) {
   const rates = new Chart({ title: 'Message rates', unit: '/s', id: 'chart-rates' })
   const lengths = new Chart({ title: 'Queued messages', id: 'chart-lengths' })
   const messages = h('div', { id: 'got-messages' })
+  const getSummary = h('summary', null, 'Get messages')
+  const getNote = h('p', { class: 'muted' }, 'Getting messages is a destructive action unless they are requeued.')
   const actions = h('div', { class: 'actions', id: 'queue-actions' })
 
   // bindings: add from an exchange
@@ -64,15 +67,34 @@ export async function render ({ main, params, navigate }) {
     await refresh()
   })
 
+  // a stream keeps what it delivers: read it by offset instead (LavinMQ's
+  // POST /api/queues/{vhost}/{name}/stream), nothing is removed
+  const readForm = h('form', { class: 'form-grid hidden', id: 'read-stream' },
+    field('From offset', input('offset', { value: 'first', required: true }), 'first, last, next, an offset, or an age such as 1h'),
+    field('Messages', input('count', { type: 'number', min: 1, max: 1000, value: 10, required: true })),
+    field('Encoding', select('encoding', [['auto', 'Auto: string if UTF-8, else base64'], ['base64', 'Base64']], 'auto')),
+    h('div', { class: 'full' }, h('button', { type: 'submit' }, 'Read messages')))
+  onSubmit(readForm, async (data) => {
+    showMessages(await post(`${base}/stream`, { offset: data.get('offset'), count: Number(data.get('count')), encoding: data.get('encoding') }))
+  })
+
   function showMessages (got) {
     if (!got.length) return clear(messages, h('p', { class: 'muted' }, 'The queue is empty.'))
     clear(messages, got.map((m, i) => h('div', { class: 'message' },
       h('h2', null, `Message ${i + 1}`),
-      props([['Exchange', m.exchange === '' ? '(AMQP default)' : m.exchange], ['Routing key', m.routing_key],
+      props([['Offset', ((m.properties || {}).headers || {})['x-stream-offset']], ['Exchange', m.exchange === '' ? '(AMQP default)' : m.exchange], ['Routing key', m.routing_key],
         ['Redelivered', yesNo(m.redelivered)], ['Properties', argsList(m.properties)],
         ['Payload', `${fmtNumber(m.payload_bytes)} bytes, encoding: ${m.payload_encoding}`],
         ['Messages left', fmtNumber(m.message_count)]]),
       h('pre', { class: 'payload' }, m.payload))))
+  }
+
+  function showReader (isStream) {
+    getForm.classList.toggle('hidden', isStream)
+    readForm.classList.toggle('hidden', !isStream)
+    getSummary.textContent = isStream ? 'Read messages' : 'Get messages'
+    getNote.textContent = isStream ? 'Reading a stream removes nothing: each message keeps its offset.'
+      : 'Getting messages is a destructive action unless they are requeued.'
   }
 
   async function remove (what, fn, then) {
@@ -116,8 +138,13 @@ export async function render ({ main, params, navigate }) {
       clear(stats, stat('State', stateBadge(q.state)), stat('Ready', fmtNumber(q.messages_ready)),
         stat('Unacked', fmtNumber(q.messages_unacknowledged)), stat('Total', fmtNumber(q.messages)),
         stat('Consumers', fmtNumber(q.consumers)),
-        stat('Ready bytes', fmtBytes(q.message_bytes_ready)), stat('Publish', fmtRate((q.message_stats || {}).publish_details)),
+        q.stream ? stat('Size', fmtBytes(q.stream.message_bytes)) : stat('Ready bytes', fmtBytes(q.message_bytes_ready)),
+        stat('Publish', fmtRate((q.message_stats || {}).publish_details)),
         stat('Deliver/get', fmtRate((q.message_stats || {}).deliver_get_details)))
+      if (q.stream) {
+        stats.append(stat('First offset', fmtNumber(q.stream.first_offset)), stat('Last offset', fmtNumber(q.stream.last_offset)))
+      }
+      showReader(Boolean(q.stream))
       const ms = q.message_stats || {}
       rates.update([['publish', 'Publish'], ['deliver_get', 'Deliver/get'], ['ack', 'Ack'], ['redeliver', 'Redeliver']]
         .map(([k, label]) => ({ label, points: ratesOf((ms[k + '_details'] || {}).samples) })))
@@ -162,8 +189,7 @@ export async function render ({ main, params, navigate }) {
     h('details', { class: 'card', id: 'publish-box' }, h('summary', null, 'Publish a message'),
       h('p', { class: 'muted' }, 'Published through the default exchange with the queue\'s name as routing key.'),
       publishForm({ vhost, exchange: '', routingKey: name, fixedKey: true })),
-    h('details', { class: 'card', id: 'get-box' }, h('summary', null, 'Get messages'),
-      h('p', { class: 'muted' }, 'Getting messages is a destructive action unless they are requeued.'), getForm, messages),
+    h('details', { class: 'card', id: 'get-box' }, getSummary, getNote, getForm, readForm, messages),
     card('Actions', actions))
   await refresh()
   get(`api/exchanges/${enc(vhost)}?columns=name`).then(xs => {
