@@ -5,7 +5,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 
 import orjson
 
@@ -90,20 +89,9 @@ def raise_fd_limit():
             log.warning("cannot raise the open file limit from %d: %s", soft, exc)
 
 
-# The group commit's fdatasyncs (lavinmq.sync) and policy writes run in
-# worker threads, which need the GIL for the Python around each system call.
-# While the event loop computes (a slice of a long API answer), a thread that
-# wants the GIL waits for the interpreter's switch interval, 5 ms by
-# default, each time: a flush took 4-6 of them, and a second tenant's
-# publisher confirms waited 25-45 ms (p50) while another tenant's listings
-# ran. Half a millisecond lets the flush through.
-GIL_SWITCH_INTERVAL = 0.0005
-
-
 def run(config):
     """Run the broker until SIGTERM/SIGINT. Returns the exit code."""
     raise_fd_limit()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     if _loop_kind() == "uvloop":
         import uvloop
         return uvloop.run(serve(config))

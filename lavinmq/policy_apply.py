@@ -16,6 +16,8 @@ import asyncio
 import logging
 import time
 
+from lavinmq import long_work
+
 log = logging.getLogger("lavinmq.policy")
 
 SLICE = 0.002       # seconds of applying between turns of the loop
@@ -31,6 +33,7 @@ class PolicyApplier:
         self.scheduled = False      # run() is due at the next turn of the loop
         self.waiters = []
         self.stopped = False
+        self.long = False           # a pass runs over several turns of the loop (lavinmq.long_work)
 
     @property
     def idle(self):
@@ -50,7 +53,7 @@ class PolicyApplier:
         self.stopped = True
         self.pending.clear()
         self.current = None
-        self._wake()
+        self._done()
 
     def run(self):
         self.scheduled = False
@@ -69,8 +72,17 @@ class PolicyApplier:
                 if loop is not None and time.perf_counter() > deadline:
                     self.scheduled = True
                     loop.call_soon(self.run)
+                    if not self.long:       # the fsync threads get the GIL between our slices
+                        self.long = True
+                        long_work.begin()
                     return
             self.current = None
+        self._done()
+
+    def _done(self):
+        if self.long:
+            self.long = False
+            long_work.end()
         self._wake()
 
     def _wake(self):

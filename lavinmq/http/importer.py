@@ -9,7 +9,7 @@ event loop for 12 s with an fsync each)."""
 import asyncio
 import time
 
-from lavinmq import policy
+from lavinmq import long_work, policy
 from lavinmq.auth.password import algorithm_name, check_hash
 from lavinmq.auth.users import Permissions
 from lavinmq.errors import AMQPError
@@ -170,16 +170,17 @@ async def import_definitions_async(server, body, only=None):
     compiled = {}
     deadline = time.perf_counter() + SLICE
     items = [] if not isinstance(body, dict) else _items(body, "policies") + _items(body, "operator_policies")
-    for p in items:
-        pattern = p.get("pattern") if isinstance(p, dict) else None
-        if isinstance(pattern, str) and pattern not in compiled:
-            try:
-                compiled[pattern] = policy.compile_pattern(pattern)
-            except ValueError:
-                pass            # _check names it
-            if time.perf_counter() > deadline:
-                await asyncio.sleep(0)
-                deadline = time.perf_counter() + SLICE
+    with long_work.running():       # the fsync threads get the GIL between our slices
+        for p in items:
+            pattern = p.get("pattern") if isinstance(p, dict) else None
+            if isinstance(pattern, str) and pattern not in compiled:
+                try:
+                    compiled[pattern] = policy.compile_pattern(pattern)
+                except ValueError:
+                    pass            # _check names it
+                if time.perf_counter() > deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.perf_counter() + SLICE
     import_definitions(server, body, only, compiled)
 
 

@@ -14,6 +14,7 @@ import time
 import orjson
 from aiohttp import web
 
+from lavinmq import long_work
 from lavinmq.http.name_filter import FilterRefused
 
 SLICE = 0.002           # seconds of work between turns of the loop (a second tenant waits about this long)
@@ -54,6 +55,10 @@ class SlicedListing(web.StreamResponse):
         self._job = (objects, shape, select, make)
 
     async def prepare(self, request):
+        with long_work.running():       # the fsync threads get the GIL between our slices
+            return await self._prepare(request)
+
+    async def _prepare(self, request):
         objects, shape, select, make = self._job
         self._job = None
         if make is None:

@@ -12,7 +12,7 @@ import time
 from aiohttp import web
 
 import lavinmq
-from lavinmq import churn
+from lavinmq import churn, long_work
 from lavinmq.clustering import status as cluster_status
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.helpers import HTTPError, MONITORING, require
@@ -178,8 +178,9 @@ async def detailed(request):
     resp.charset = "utf-8"
     await resp.prepare(request)
     w = StreamWriter(prefix, resp)
-    for family in families:
-        await family(w, server, vhosts)
+    with long_work.running():       # the fsync threads get the GIL between our slices
+        for family in families:
+            await family(w, server, vhosts)
     telemetry = Writer("telemetry")
     telemetry.metric("scrape_duration_seconds", "gauge", "Duration for metrics collection in seconds",
                      round(time.monotonic() - started, 6))
