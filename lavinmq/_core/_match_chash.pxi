@@ -22,6 +22,10 @@ cdef enum:
     ALGO_JUMP = 0
     ALGO_RING = 1
     MAX_BUCKETS = 1 << 24       # all weights of one exchange together
+    # the ring is rebuilt at each binding change, on the event loop: one
+    # binding of weight 10^6 took 1.25 s when its points were made in
+    # Python (issue 25); they are made in C now, and bounded
+    MAX_RING_POINTS = 100000
 
 
 cdef uint32_t CRC_TABLE[256]
@@ -53,6 +57,27 @@ cdef inline int32_t jump_hash(uint64_t key, int32_t buckets) noexcept nogil:
         key = key * 2862933555777941757ULL + 1
         j = <int64_t>((b + 1) * (<double>(1LL << 31) / <double>((key >> 33) + 1)))
     return <int32_t>b
+
+
+cdef list ring_points(bytes name, uint32_t weight):
+    """CRC32("name.t") for t < weight, in that order (LavinMQ's points),
+    made in C: name's CRC once, then t's decimal digits."""
+    cdef uint32_t base = crc32_update(crc32_update(0, name, len(name)), b".", 1)
+    cdef uint32_t t, v
+    cdef char digits[16]
+    cdef int nd
+    cdef list out = []
+    for t in range(weight):
+        nd = 0
+        v = t
+        while True:
+            digits[15 - nd] = <char>(48 + v % 10)
+            nd += 1
+            v //= 10
+            if v == 0:
+                break
+        out.append(crc32_update(base, digits + 16 - nd, nd))
+    return out
 
 
 def crc32(bytes data):
@@ -128,29 +153,29 @@ cdef class ConsistentHashMatcher(Matcher):
 
     def add(self, dest, bytes name, uint32_t weight, bint is_exchange):
         """A new binding of dest (named name) with this weight."""
-        cdef uint32_t t
         cdef uint64_t total = weight
         if self.algorithm == ALGO_JUMP:
             total += sum(e[1] for e in self.entries)
-        else:
-            total += len(self.ring)
-        if total > MAX_BUCKETS:
-            raise ValueError(f"the weights of exchange bindings add up to more than {MAX_BUCKETS}")
-        if self.algorithm == ALGO_JUMP:
+            if total > MAX_BUCKETS:
+                raise ValueError(f"the weights of exchange bindings add up to more than {MAX_BUCKETS}")
             self.entries.append((name, weight, dest, is_exchange))
         else:
-            for t in range(weight):
-                self.ring[crc32(name + b"." + str(t).encode())] = (dest, is_exchange)
+            total += len(self.ring)
+            if total > MAX_RING_POINTS:
+                raise ValueError(f"the weights of exchange bindings add up to more than {MAX_RING_POINTS} "
+                                 f"(x-algorithm ring)")
+            owner = (dest, is_exchange)
+            for p in ring_points(name, weight):
+                self.ring[p] = owner
         self.rebuild()
 
     def remove(self, bytes name, uint32_t weight):
         """LavinMQ's remove(name, weight): by name, whoever the destination."""
-        cdef uint32_t t
         if self.algorithm == ALGO_JUMP:
             self.entries = [e for e in self.entries if not (e[0] == name and e[1] == weight)]
         else:
-            for t in range(weight):
-                self.ring.pop(crc32(name + b"." + str(t).encode()), None)
+            for p in ring_points(name, min(weight, MAX_RING_POINTS)):
+                self.ring.pop(p, None)
         self.rebuild()
 
     cdef uint32_t target_index(self, dict index, dest, bint is_x) except? 0xffffffff:
