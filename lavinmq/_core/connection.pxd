@@ -35,7 +35,7 @@ cdef class CoreConnection:
         public double last_send
         public uint64_t recv_frames
         public bint paused_reading
-        bint framing_lost              # a frame error: input is discarded from then on
+        readonly bint framing_lost              # a frame error: input is discarded from then on
 
     cdef int process(self) except -1
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1

@@ -394,6 +394,11 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase = 3
         self._cleanup()
         self.flush()
+        if self.framing_lost and self.transport is not None and self.transport.can_write_eof():
+            # reading stopped (a close-ok could not be told from the rest):
+            # the client gets the close and then the end of the stream at
+            # once, rather than waiting for the close timer's reset
+            self.transport.write_eof()
         loop = asyncio.get_running_loop()
         loop.call_later(CLOSE_TIMEOUT, self._close_transport)
 

@@ -11,6 +11,7 @@ class FakeTransport:
         self.out = bytearray()
         self.closed = False
         self.reading = True
+        self.eof_written = False
 
     def write(self, data):
         self.out += data
@@ -29,6 +30,12 @@ class FakeTransport:
 
     def resume_reading(self):
         self.reading = True
+
+    def can_write_eof(self):
+        return True
+
+    def write_eof(self):
+        self.eof_written = True
 
     def get_extra_info(self, name):
         return ("127.0.0.1", 40000) if name in ("peername", "sockname") else None

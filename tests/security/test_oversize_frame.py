@@ -101,3 +101,23 @@ def test_connection_error_mid_batch_consumes_what_was_read(make_broker):
     assert got.count(b"\x00\x0a\x00\x32") == 1, got      # one connection.close
     closing = [line for line in b.log_text().splitlines() if "closing" in line and "501" in line]
     assert len(closing) == 1, closing
+
+
+def test_lost_framing_answers_close_then_end_of_stream_at_once(make_broker):
+    """Once framing is lost the broker stops reading the socket (finding 1),
+    so it cannot see a close-ok or the client hanging up: it sends
+    connection.close 501 and then ends its side of the stream, and a client
+    waiting for the end gets it at once, not after the 3 s close timer."""
+    b = make_broker()
+    s = socket.create_connection((b.host, b.port))
+    s.settimeout(5)
+    # a heartbeat frame whose frame-end octet is wrong
+    s.sendall(b"AMQP\x00\x00\x09\x01" + struct.pack(">BHI", 8, 0, 0) + b"\x00")
+    t0 = time.monotonic()
+    got = b""
+    while data := s.recv(1 << 16):
+        got += data
+    waited = time.monotonic() - t0
+    s.close()
+    assert b"\x00\x0a\x00\x32\x01\xf5" in got, got[:200]   # connection.close, reply code 501
+    assert waited < 2.0, f"the end of the stream came after {waited:.1f} s"
