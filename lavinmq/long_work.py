@@ -6,19 +6,23 @@ While the event loop computes (a slice of a long API answer, of a policy
 change, of a metrics scrape), a thread that wants the GIL waits for the
 interpreter's switch interval, 5 ms by default, each time: a flush took 4-6
 of them, and a second tenant's publisher confirms waited 25-45 ms (p50)
-while another tenant's listings ran. Half a millisecond lets the flush
-through.
+while another tenant's listings ran. A fifth of a millisecond lets the
+flush through (the metrics attack of tests/security/hostile_tenant.py:
+victim p99 22-44 ms at 0.2 ms here, 59-94 ms with 0.5 ms for the whole
+process, load 4-7).
 
 Set for the whole process, the short interval cost the message path: the
 loop handed the GIL to the fsync threads ten times as often, and confirmed
 publishing (compare.py's `confirms -c 1000`) lost ~20%. So it is set only
-while some long work is under way, and the default comes back when the last
-one ends: a broker nobody runs such work on pays nothing.
+while some long work is under way (an API or metrics request, from its
+middleware to its last byte; a policy pass that spans turns of the loop;
+a definitions import), and the default comes back when the last one ends:
+a broker nobody runs such work on pays nothing.
 
 Everything here runs on the event loop's thread: a plain counter is enough."""
 import sys
 
-BUSY_INTERVAL = 0.0005      # seconds: the switch interval while long work runs
+BUSY_INTERVAL = 0.0002      # seconds: the switch interval while long work runs
 
 _running = 0
 _normal = None              # the interval to go back to

@@ -8,6 +8,7 @@ import urllib.parse
 
 from aiohttp import web
 
+from lavinmq import long_work
 from lavinmq.clustering import status as cluster_status
 from lavinmq.errors import AMQPError
 from lavinmq.http.helpers import HTTPError, error_response
@@ -25,6 +26,15 @@ UPLOAD_PATH = re.compile(r"\A/api/definitions(/[^/]+)?/upload\Z")
 
 @web.middleware
 async def errors_and_auth(request, handler):
+    if not request.path.startswith("/api/") and request.path not in ("/metrics", "/metrics/detailed"):
+        return await _errors_and_auth(request, handler)
+    # an API answer is work on the loop (lists of thousands, policies, scrapes):
+    # the fsync threads get the GIL between its slices (lavinmq.long_work)
+    with long_work.running():
+        return await _errors_and_auth(request, handler)
+
+
+async def _errors_and_auth(request, handler):
     try:
         if not request.path.startswith("/api/") and request.path not in ("/metrics", "/metrics/detailed"):
             return await handler(request)

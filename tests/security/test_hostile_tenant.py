@@ -11,7 +11,7 @@ a fresh broker, and must keep under it then. A broker that stalls fails
 both runs; losses and stuck victims fail at once."""
 import os
 
-from tests.security.hostile_tenant import run
+from tests.security.hostile_tenant import ATTACKS, run
 
 
 def test_a_hostile_tenant_does_not_starve_another():
@@ -19,6 +19,8 @@ def test_a_hostile_tenant_does_not_starve_another():
     lines = []
     result = run(seconds, log=lines.append)
     report = "\n".join(lines)
+    # a broker that stopped answering ends the run early: every attack must have run
+    assert set(result["attacks"]) == {"baseline", *(a.__name__ for a in ATTACKS)}, report
     slow = []
     for name, stats in result["attacks"].items():
         assert not stats.get("stuck"), f"the victim got stuck during {name}:\n{report}"
@@ -30,6 +32,7 @@ def test_a_hostile_tenant_does_not_starve_another():
         lines.append(f"over 100 ms: {', '.join(slow)}; once more")
         again = run(seconds, log=lines.append, only=slow)["attacks"]
         report = "\n".join(lines)
+        assert set(slow) <= set(again), report
         for name in slow:
             stats = again[name]
             assert not stats.get("stuck"), f"the victim got stuck during {name}:\n{report}"
