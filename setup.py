@@ -11,7 +11,7 @@ except ImportError:  # pragma: no cover - build-time guard
     sys.exit("lavinmq needs Cython to build its _core extensions: pip install cython")
 
 DEBUG = os.environ.get("LAVINMQ_DEBUG") == "1"
-MODULES = [m for m in ["buffer", "codec", "segment", "flusher", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "connection", "debug", "perfscan", "stream_store", "stream", "exchange_store", "replay"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
+MODULES = [m for m in ["buffer", "codec", "segment", "flusher", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "connection", "debug", "perfscan", "stream_store", "stream", "exchange_store", "replay", "relay"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
 
 extensions = [
     Extension(
@@ -26,6 +26,13 @@ extensions = [
     Extension(f"lavinmq.spark.{name}", [f"lavinmq/spark/{name}.pyx"],
               extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
     for name in ["_columns", "_publish"] if os.path.exists(f"lavinmq/spark/{name}.pyx")
+] + [
+    # MQTT's per-message path (lavinmq/mqtt), the WebSocket framing (lavinmq/websocket)
+    # and the MQTT load generator's packet scanner
+    Extension(f"lavinmq.{name}", [f"lavinmq/{name.replace('.', '/')}.pyx"],
+              extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"],
+              define_macros=[("LAVINMQ_DEBUG", "1")] if DEBUG else [])
+    for name in ["mqtt._mqtt", "websocket._ws", "perf._mqttscan"] if os.path.exists(f"lavinmq/{name.replace('.', '/')}.pyx")
 ]
 
 # what cythonize is given; tools/arm64.py reads it to cross-compile the same

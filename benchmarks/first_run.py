@@ -98,7 +98,7 @@ def main(argv=None):
                             capture_output=True, text=True).stdout.strip()
     ports = {"amqp": free_port(), "http": free_port(), "metrics": free_port()}
     cmd = ["./dev", "run", "-D", os.path.join(tmp, "data"), "-p", str(ports["amqp"]),
-           "--http-port", str(ports["http"]), "--metrics-http-port", str(ports["metrics"])]
+           "--http-port", str(ports["http"]), "--metrics-http-port", str(ports["metrics"]), "--mqtt-port", "0"]
     print(f"first_run: {opts.repo} at {commit} in {clone}; load average {os.getloadavg()[0]:.1f}; "
           f"pip {'as configured here' if opts.local_pip else 'from the index, no cache'}", flush=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

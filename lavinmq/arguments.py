@@ -23,7 +23,7 @@ INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 MAX_AGE = re.compile(r"\A\d+[YMDhms]\Z")
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 # quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
-QUEUE_TYPES = ("classic", "quorum", "stream")
+QUEUE_TYPES = ("classic", "quorum", "stream", "mqtt")   # mqtt: an MQTT session (lavinmq/mqtt)
 X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 
 

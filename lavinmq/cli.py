@@ -92,6 +92,9 @@ def main(argv=None) -> int:
         from lavinmq import launcher   # imported late: --help must not pay for the broker's imports
         from lavinmq.listener import ListenError
         try:
+            if config.clustering:
+                from lavinmq.clustering import node     # a cluster's node: follows, or leads
+                return node.run(config)
             return launcher.run(config)
         except (ConfigError, ListenError) as exc:
             # a port in use, a certificate that does not load: one line, no traceback

@@ -15,6 +15,8 @@ Environment variables (LavinMQ's names, plus a few ``LAVINMQ_*`` of our own):
     LAVINMQ_DEFAULT_USER                                 default_user
     LAVINMQ_DEFAULT_PASSWORD                             default_password_hash (a hash, as in LavinMQ)
     LAVINMQ_LOG_LEVEL, LAVINMQ_LOG_FILE                  log_level, log_file (ours)
+    LAVINMQ_CLUSTERING, LAVINMQ_CLUSTERING_BIND, _PORT,  [clustering] enabled, bind, port, ...
+      _ADVERTISED_URI, _ETCD_ENDPOINTS, _ETCD_PREFIX     (LavinMQ's), _LEASE_TTL (ours)
 
 A bad value stops the start with a ConfigError naming where it came from:
 the ini section and key, the environment variable, or the flag. Keys that
@@ -86,6 +88,27 @@ class Config:
     tls_min_version: str | None = None  # 1.0 .. 1.3; None = 1.2
     tls_verify_peer: bool = False       # require a client certificate signed by tls_ca_cert
     tls_ca_cert: str | None = None
+    # clustering (lavinmq/clustering/): LavinMQ's [clustering] settings, plus
+    # the lease TTL, which LavinMQ fixes at 10 s. Crash failover takes about
+    # one TTL; etcd raises a TTL below its minimum (2 s with its defaults)
+    clustering: bool = False
+    clustering_bind: str = "127.0.0.1"
+    clustering_port: int = 5679
+    clustering_advertised_uri: str | None = None     # None: tcp://<bind or hostname>:<port>
+    clustering_etcd_endpoints: str = "localhost:2379"
+    clustering_etcd_prefix: str = "lavinmq"
+    clustering_on_leader_elected: str | None = None  # shell command, run in the background
+    clustering_on_leader_lost: str | None = None
+    clustering_lease_ttl: int = 2
+    # MQTT 3.1.1 (lavinmq/mqtt), LavinMQ's [mqtt] section; a port of 0 or -1 is off
+    mqtt_bind: str = "127.0.0.1"
+    mqtt_port: int = 1883
+    mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
+    mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
+    mqtt_max_packet_size: int = 268435455
+    mqtt_default_vhost: str = "/"       # for user names without "vhost:"
+    mqtt_permission_check_enabled: bool = False
+    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
     # where each non-default value came from, for error messages
     sources: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # the command line it was loaded from, to reload on SIGHUP
@@ -129,6 +152,9 @@ class Config:
         """Check every field, also for a Config built in code."""
         for field in OPTIONS:
             check(field, getattr(self, field), self.sources.get(field, field))
+        if self.clustering:
+            from lavinmq.clustering.settings import check_clustering
+            check_clustering(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +226,27 @@ OPTIONS = {
                               optional=True, choices=("1.0", "1.1", "1.2", "1.3")),
     "tls_verify_peer": Option("bool", (("main", "tls_verify_peer"),)),
     "tls_ca_cert": Option("str", (("main", "tls_ca_cert"),), optional=True),
+    "clustering": Option("bool", (("clustering", "enabled"),), ("LAVINMQ_CLUSTERING",)),
+    "clustering_bind": Option("str", (("clustering", "bind"),), ("LAVINMQ_CLUSTERING_BIND",)),
+    "clustering_port": Option("int", (("clustering", "port"),), ("LAVINMQ_CLUSTERING_PORT",), lo=1, hi=65535),
+    "clustering_advertised_uri": Option("str", (("clustering", "advertised_uri"),),
+                                        ("LAVINMQ_CLUSTERING_ADVERTISED_URI",), optional=True),
+    "clustering_etcd_endpoints": Option("str", (("clustering", "etcd_endpoints"),),
+                                        ("LAVINMQ_CLUSTERING_ETCD_ENDPOINTS",)),
+    "clustering_etcd_prefix": Option("str", (("clustering", "etcd_prefix"),), ("LAVINMQ_CLUSTERING_ETCD_PREFIX",)),
+    "clustering_on_leader_elected": Option("str", (("clustering", "on_leader_elected"),), optional=True),
+    "clustering_on_leader_lost": Option("str", (("clustering", "on_leader_lost"),), optional=True),
+    "clustering_lease_ttl": Option("int", (("clustering", "lease_ttl"),), ("LAVINMQ_CLUSTERING_LEASE_TTL",),
+                                   lo=1, hi=3600),
+    "mqtt_bind": Option("str", (("mqtt", "bind"),)),
+    "mqtt_port": Option("int", (("mqtt", "port"),), lo=-1, hi=65535),
+    "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
+    "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
+    "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
+    "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
+    "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
+                                        choices=("none", "username")),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -211,10 +258,9 @@ HARMLESS_KEYS = {
              "max_deleted_definitions", "default_consistent_hash_algorithm"},
     "amqp": set(),
     "mgmt": set(),
-    # no MQTT listener and no clustering here: where they would listen is moot
-    "mqtt": {"bind", "default_vhost"},
-    "clustering": {"bind", "port", "advertised_uri", "etcd_endpoints", "etcd_prefix", "max_unsynced_actions",
-                   "on_leader_elected", "on_leader_lost"},
+    "mqtt": set(),
+    # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
+    "clustering": {"max_unsynced_actions"},
 }
 # Known to LavinMQ, not implemented here: a start with one of them set is
 # refused, naming it, unless its value turns the feature off ("false",
@@ -223,8 +269,9 @@ UNSUPPORTED_KEYS = {
     "main": {"tls_keylog_file", "auth_backends"},
     "amqp": {"unix_path", "tcp_proxy_protocol", "proxy_protocol_trusted_sources", "amqp_systemd_socket_name"},
     "mgmt": {"unix_path", "http_systemd_socket_name"},
+    "mqtt": {"unix_path", "mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"mqtt", "clustering", "oauth", "experimental"}
+UNSUPPORTED_SECTIONS = {"oauth", "experimental"}
 OFF_VALUES = {"", "false", "no", "off", "0", "none"}
 
 
@@ -291,7 +338,9 @@ def check(field, value, where):
             check_hash(value, "sha256")
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-    elif not isinstance(value, str) or (value == "" and field in ("data_dir", "default_user")):
+    elif not isinstance(value, str) or (value == "" and field in ("data_dir", "default_user",
+                                                                     "clustering_etcd_endpoints",
+                                                                     "clustering_etcd_prefix")):
         raise ConfigError(f"{where}: {value!r} must be a non-empty string")
     elif field in ("tls_cert", "tls_key", "tls_ca_cert") and not os.access(value, os.R_OK):
         raise ConfigError(f"{where}: cannot read {value}")
@@ -324,6 +373,9 @@ def apply_ini(config, path):
                     config.set(field, raw, where)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
+            elif (name, key) == ("clustering", "max_unsynced_actions"):
+                config.warnings.append(f"{path}: {where} is deprecated and has no effect: confirms wait for "
+                                       f"every in-sync replica")
             elif key in HARMLESS_KEYS.get(name, ()):
                 config.warnings.append(f"{path}: {where} has no effect here, ignored")
             elif raw.strip().lower() in OFF_VALUES and (name in UNSUPPORTED_SECTIONS
@@ -351,12 +403,20 @@ CLI_FIELDS = {"data_dir": "--data-dir", "amqp_bind": "--amqp-bind", "amqp_port":
               "default_user_only_loopback": "--default-user-only-loopback",
               "amqps_port": "--amqps-port", "https_port": "--https-port", "tls_cert": "--cert",
               "tls_key": "--key", "tls_ciphers": "--ciphers", "tls_min_version": "--tls-min-version",
-              "handshake_timeout": "--handshake-timeout", "loopback_users": "--loopback-users"}
+              "handshake_timeout": "--handshake-timeout", "loopback_users": "--loopback-users",
+              "clustering_bind": "--clustering-bind", "clustering_port": "--clustering-port",
+              "clustering_advertised_uri": "--clustering-advertised-uri",
+              "clustering_etcd_endpoints": "--clustering-etcd-endpoints",
+              "clustering_etcd_prefix": "--clustering-etcd-prefix",
+              "clustering_on_leader_elected": "--clustering-on-leader-elected",
+              "clustering_on_leader_lost": "--clustering-on-leader-lost",
+              "clustering_lease_ttl": "--clustering-lease-ttl",
+              "mqtt_bind": "--mqtt-bind", "mqtt_port": "--mqtt-port", "mqtts_port": "--mqtts-port"}
 
 
 def apply_args(config, args):
     if args.bind is not None:
-        for field in ("amqp_bind", "http_bind"):
+        for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
     for field, flag in CLI_FIELDS.items():
         value = getattr(args, field)
@@ -370,6 +430,12 @@ def apply_args(config, args):
     if args.no_data_dir_lock:
         config.data_dir_lock = False
         config.sources["data_dir_lock"] = "--no-data-dir-lock"
+    if args.clustering:
+        config.clustering = True
+        config.sources["clustering"] = "--clustering"
+    if args.clustering_max_unsynced_actions is not None:
+        config.warnings.append("--clustering-max-unsynced-actions is deprecated and has no effect: confirms "
+                               "wait for every in-sync replica")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -380,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for both AMQP and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -406,6 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AMQPS port, once --cert is given (default 5671, 0 = off)")
     p.add_argument("--https-port", dest="https_port", metavar="PORT",
                    help="HTTPS management port, once --cert is given (default 15671, 0 = off)")
+    p.add_argument("--mqtt-port", dest="mqtt_port", metavar="PORT", help="MQTT port (default 1883, 0 = off)")
+    p.add_argument("--mqtts-port", dest="mqtts_port", metavar="PORT",
+                   help="MQTT over TLS port, once --cert is given (default 8883, 0 = off)")
+    p.add_argument("--mqtt-bind", dest="mqtt_bind", metavar="ADDR", help="MQTT address (default 127.0.0.1)")
     p.add_argument("--cert", dest="tls_cert", metavar="FILE", help="TLS certificate (with its chain)")
     p.add_argument("--key", dest="tls_key", metavar="FILE",
                    help="private key for the TLS certificate (default: in the --cert file)")
@@ -416,6 +486,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sync", action="store_true",
                    help="send confirms once messages are written, without waiting for the disk "
                         "(faster; a power loss can lose confirmed messages, a crash cannot)")
+    c = p.add_argument_group("clustering (etcd leader election, replication to followers)")
+    c.add_argument("--clustering", action="store_true", help="run as a node of a cluster")
+    c.add_argument("--clustering-bind", dest="clustering_bind", metavar="ADDR",
+                   help="address the leader takes followers on (default 127.0.0.1)")
+    c.add_argument("--clustering-port", dest="clustering_port", metavar="PORT",
+                   help="port the leader takes followers on (default 5679)")
+    c.add_argument("--clustering-advertised-uri", dest="clustering_advertised_uri", metavar="URI",
+                   help="where followers reach this node when it leads (default tcp://<bind or hostname>:<port>)")
+    c.add_argument("--clustering-etcd-endpoints", dest="clustering_etcd_endpoints", metavar="URIS",
+                   help="comma-separated etcd endpoints (default localhost:2379)")
+    c.add_argument("--clustering-etcd-prefix", dest="clustering_etcd_prefix", metavar="KEY",
+                   help="prefix of the cluster's keys in etcd (default lavinmq)")
+    c.add_argument("--clustering-max-unsynced-actions", dest="clustering_max_unsynced_actions", metavar="N",
+                   help="deprecated (LavinMQ 2.9), no effect")
+    c.add_argument("--clustering-on-leader-elected", dest="clustering_on_leader_elected", metavar="CMD",
+                   help="shell command run when this node becomes the leader")
+    c.add_argument("--clustering-on-leader-lost", dest="clustering_on_leader_lost", metavar="CMD",
+                   help="shell command run when this node loses the leadership")
+    c.add_argument("--clustering-lease-ttl", dest="clustering_lease_ttl", metavar="SECONDS",
+                   help="etcd lease of the leader; a crashed leader is replaced after about this long (default 2)")
     p.add_argument("-v", "--version", action="version", version=f"lavinmq {lavinmq.__version__}")
     return p
 

@@ -305,6 +305,18 @@ def status(c, a):
     ]
 
 
+def cluster_status(c, a):
+    """The nodes as the leader sees them (a follower passes the request on)."""
+    rows = []
+    for n in c.get("/nodes"):
+        if "role" not in n:
+            rows.append([n.get("name"), "single node", None, None, None, None])
+            continue
+        rows.append([n.get("name"), n.get("role"), n.get("uri"), n.get("in_isr"),
+                     0 if n.get("role") == "leader" else n.get("lag_in_bytes"), n.get("state", "leading")])
+    return ["node", "role", "uri", "in_isr", "lag_in_bytes", "state"], rows
+
+
 def format_uptime(ms):
     """The API's uptime (milliseconds) with its units: 1d 2h 3m 4s."""
     if not isinstance(ms, int):
@@ -405,6 +417,7 @@ def build_parser():
     cmd("import_definitions", import_definitions, "load definitions from a JSON file (- for stdin)",
         A("file"))
     cmd("status", status, "broker version, uptime and totals")
+    cmd("cluster_status", cluster_status, "the cluster's nodes: role, in-sync replicas, replication lag")
     return p
 
 

@@ -7,6 +7,7 @@ import os
 import struct
 
 from lavinmq._core.codec import decode_method, encode_method_frame
+from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.definitions")
 
@@ -76,6 +77,7 @@ class DefinitionsFile:
         if new:
             self.f.truncate(0)
             self._write_all(struct.pack("<I", VERSION))
+            changes.changed(self.path)
 
     def _write_all(self, data):
         """Append data whole or not at all (a full disk leaves no half frame)."""
@@ -118,6 +120,7 @@ class DefinitionsFile:
             os.close(fd)
         self.removals = 0
         self.open()
+        changes.changed(self.path)
 
     def close(self):
         if self.f:

@@ -18,6 +18,7 @@ import orjson
 
 from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
+from lavinmq.clustering import changes
 
 try:        # linear-time matching: a pattern from a policymaker must not stall the loop
     import re2 as _regex
@@ -146,6 +147,7 @@ class PolicyStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(filename))
+        changes.changed(self._path(filename))
 
     # -- changes ----------------------------------------------------------------
 
@@ -230,6 +232,7 @@ class PolicyStore:
 
     def apply_to_queue(self, q):
         q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+        self._federation_follows(q, "queue")
 
     def apply_to_exchange(self, ex):
         policy, _, definition, settings = self.effective(ex.name, "exchange", ex.arguments)
@@ -237,6 +240,13 @@ class PolicyStore:
         ex.effective_policy_definition = definition
         # the exchange's own argument wins over this (the routing core keeps both)
         ex.set_alternate_policy(policy.definition.get("alternate-exchange") if policy else None)
+        self._federation_follows(ex, "exchange")
+
+    def _federation_follows(self, obj, kind):
+        # federation-upstream(-set) keys make links (lavinmq.federation), while the vhost has upstreams
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.policy_applied(obj, kind)
 
     def apply_all(self):
         """Policies changed: every queue and exchange gets what applies now."""

@@ -19,6 +19,8 @@ LISTENERS = [
     ("HTTPS port", "--https-port / [mgmt] tls_port", "http_bind", "https_port", True),
     ("metrics port", "--metrics-http-port / [main] metrics_http_port", "metrics_http_bind", "metrics_http_port",
      False),
+    ("MQTT port", "--mqtt-port / [mqtt] port", "mqtt_bind", "mqtt_port", False),
+    ("MQTTS port", "--mqtts-port / [mqtt] tls_port", "mqtt_bind", "mqtts_port", True),
 ]
 WILDCARDS = ("", "0.0.0.0", "::", None)
 
@@ -28,7 +30,7 @@ def enabled(config):
     on = tls.enabled(config)
     return [(what, setting, getattr(config, bind), getattr(config, port))
             for what, setting, bind, port, needs_tls in LISTENERS
-            if getattr(config, port) and (on or not needs_tls)]
+            if getattr(config, port) > 0 and (on or not needs_tls)]     # 0 or -1: off
 
 
 def same_port(listeners):

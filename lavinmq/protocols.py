@@ -1,5 +1,6 @@
 """The client protocols the broker serves, each on its listeners: AMQP and
-AMQPS. A new protocol adds its listeners here (a factory for its
+AMQPS, MQTT and MQTTS (lavinmq/mqtt; AMQP and MQTT over WebSocket are on
+the HTTP listeners, lavinmq/websocket). A new protocol adds its listeners here (a factory for its
 connection objects, its ports from the config), beside the others; all of
 them share the connection caps (ConnectionGuard) and the TLS context."""
 from lavinmq.amqp.connection import AMQPConnection
@@ -14,6 +15,9 @@ class ProtocolListeners:
     def start(self):
         cfg = self.server.config
         new_amqp = lambda: AMQPConnection(self.server)      # noqa: E731
+        # MQTT before AMQP: once the AMQP port answers, every listener does
+        from lavinmq.mqtt.listener import start_listeners
+        start_listeners(self)
         if cfg.amqp_port:
             self.listen(cfg.amqp_bind, cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", new_amqp)
         if cfg.amqps_port and self.server.tls_context is not None:

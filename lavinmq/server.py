@@ -36,6 +36,8 @@ class Server:
         self.protocols = ProtocolListeners(self)
         self.started = time.monotonic()
         self.http = None
+        from lavinmq.mqtt.broker import Brokers
+        self.mqtt = Brokers(self)       # MQTT sessions' state and retained messages, per vhost
         self.guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
         # built before anything opens: a bad certificate stops the start naming the setting
         self.tls_context = tls.new_context(config) if tls.enabled(config) else None
@@ -43,6 +45,8 @@ class Server:
         from lavinmq._core import segment
         segment.on_map_pressure(self.vhosts.unmap_idle)
         self.vhosts.load()
+        from lavinmq.parameters import Parameters
+        self.parameters = Parameters(self)      # shovels, federation: started with the listeners
         fsync_dir(os.path.dirname(os.path.abspath(self.data_dir)))    # the data dir's own name
 
     # what connections and the API read of the alarms
@@ -65,6 +69,8 @@ class Server:
         for conn in list(self.connections):
             if conn.vhost is vhost:
                 conn.close(320, "CONNECTION_FORCED - vhost deleted")
+        self.parameters.vhost_deleted(name)
+        self.mqtt.vhost_deleted(name)
         self.vhosts.remove(name)
         self.users.remove_vhost(name)
         return True
@@ -102,6 +108,7 @@ class Server:
         if self.config.log_exchange:
             from lavinmq import log_exchange
             self.log_handler = log_exchange.install(self)
+        self.parameters.start()
 
     async def stop(self, quiet=False):
         if not quiet:
@@ -113,6 +120,18 @@ class Server:
         if self.http:
             await self.http.stop()
         self.housekeeping.stop()
+        # shovels and links first: they let their last confirms arrive and ack them
+        await self.parameters.stop()
+        # no more publishes are read; what was stored is confirmed before the
+        # connections close, so that publishers (a shovel) resend only what was not
+        for conn in list(self.connections):
+            if conn.transport is not None and not conn.transport.is_closing():
+                try:
+                    conn.transport.pause_reading()
+                except (RuntimeError, AttributeError):
+                    pass
+        if self.syncer is not None:
+            await self.syncer.close()
         for conn in list(self.connections):
             conn.close()
         # give clients a moment to answer close-ok
@@ -122,6 +141,7 @@ class Server:
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn._close_transport()
+        self.mqtt.close()
         if self.syncer is not None:
             await self.syncer.close()
         for vhost in self.vhosts.values():

@@ -14,6 +14,12 @@ the next flush) and, per store that wrote records, its commit record
 (lavinmq/commit.py), which lets recovery after a power cut keep exactly
 what flushes made durable. When nothing waits for the disk (acks only,
 publishers without confirms), a flush still runs within LAZY_FLUSH seconds.
+
+On a cluster's leader a flush is also the unit of replication: when it
+starts, the replicator (lavinmq/clustering/replicator.py) sends the
+followers what it covers, and its waiters run once the in-sync followers
+have it on their disks too. A single node has no replicator and pays one
+comparison per flush.
 """
 import asyncio
 import errno
@@ -71,11 +77,14 @@ class Syncer:
         self._loop = None
         self._rounds = {}        # round id -> (waiters, files, dirs, jobs, future)
         self.failed = False      # a flush failed: the broker is stopping
+        self.replicator = None   # a cluster's leader: lavinmq.clustering.replicator.Replicator
+        self.replicating = 0     # flushes done here whose followers have not all acknowledged
 
     @property
     def idle(self):
         """Nothing written and nothing in flight: a confirm may go out now."""
-        return not self.flushing and not self.dirty and not self.extra_files and self.retry is None
+        return (not self.flushing and not self.dirty and not self.extra_files and self.retry is None
+                and not self.replicating)
 
     def after_flush(self, callback):
         """Run callback once everything written so far is on disk."""
@@ -151,9 +160,11 @@ class Syncer:
                 dirs.add(os.path.dirname(directory))
             if job is not None:
                 jobs.append(job)
-        self._submit(files, sorted(dirs), jobs, waiters)
+        # the followers get the flush first: their round trip is the longer one
+        rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
+        self._submit(files, sorted(dirs), jobs, waiters, rnd)
 
-    def _submit(self, files, dirs, jobs, waiters):
+    def _submit(self, files, dirs, jobs, waiters, rnd):
         loop = asyncio.get_running_loop()
         if self._flusher is None or self._loop is not loop:
             self._attach(loop)
@@ -163,9 +174,9 @@ class Syncer:
             rid = self._flusher.submit(files, dirs, jobs, self.data_dir, commit.BOOT_ID)
         except OSError as exc:
             fut.set_result(None)
-            self._done(exc, waiters, files, dirs, jobs)
+            self._done(exc, waiters, files, dirs, jobs, rnd)
             return
-        self._rounds[rid] = (waiters, files, dirs, jobs, fut)
+        self._rounds[rid] = (waiters, files, dirs, jobs, fut, rnd)
 
     def _attach(self, loop):
         """The flusher wakes this loop through an eventfd, as a socket would."""
@@ -181,13 +192,15 @@ class Syncer:
 
     def _on_rounds(self):
         for rid, err in self._flusher.take_done():
-            waiters, files, dirs, jobs, fut = self._rounds.pop(rid)
+            waiters, files, dirs, jobs, fut, rnd = self._rounds.pop(rid)
             fut.set_result(None)
-            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs)
+            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs, rnd)
 
-    def _done(self, exc, waiters, files=(), dirs=(), jobs=()):
+    def _done(self, exc, waiters, files=(), dirs=(), jobs=(), rnd=None):
         self.flushing = False
         self.flushes += 1
+        if exc is not None and rnd is not None:
+            rnd.flushed(None)       # its confirms wait for a later flush, or never come
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
             # out of descriptors to open the files with: nothing was lost on
             # the disk, so wait (confirms wait too) and flush the same files again
@@ -203,6 +216,16 @@ class Syncer:
             self.failed = True
             os.kill(os.getpid(), 15)
             return
+        if rnd is not None:
+            rnd.flushed(lambda: self._release(waiters))
+        else:
+            self._release(waiters)
+        if self.waiters:
+            self._start()
+        elif self.dirty or self.extra_files:
+            self._arm()
+
+    def _release(self, waiters):
         conns = set()
         for callback in waiters:
             try:
@@ -214,10 +237,6 @@ class Syncer:
                 conns.add(conn)
         for conn in conns:
             conn.flush()
-        if self.waiters:
-            self._start()
-        elif self.dirty or self.extra_files:
-            self._arm()
 
     def _retry(self):
         if not self.flushing and self.retry is not None:

@@ -16,7 +16,7 @@ from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
-from lavinmq.queue import Queue
+from lavinmq.queue import Queue, queue_class
 from lavinmq.queue.classic import log_name
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import stream
@@ -63,6 +63,7 @@ class VHost:
         self.queues = {}
         self.connections = set()
         self.limits = {}            # "max-connections", "max-queues"
+        self.federation = None      # lavinmq.federation.manager.Federation while the vhost has upstreams
         os.makedirs(self.dir, exist_ok=True)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         self.definitions = DefinitionsStore(self, syncer)
@@ -155,6 +156,8 @@ class VHost:
         del self.exchanges[name]
         ex.deleted = True
         ex.clear_bindings()
+        if self.federation is not None:
+            self.federation.removed(ex, "exchange")
         dq = ex.delay_queue
         if dq is not None:
             ex.delay_queue = None
@@ -245,7 +248,7 @@ class VHost:
                 store = MessageStore(store_dir, self.segment_size, log_name(name, self.name), syncer)
                 # 100,000 idle queues: no path or log-name string of their own
                 store.forget_path(parent, name)
-            q = Queue(self, name, store, durable, exclusive_owner, auto_delete, arguments)
+            q = queue_class(arguments)(self, name, store, durable, exclusive_owner, auto_delete, arguments)
             store.log_name = q
         self.queues[name] = q
         self.exchanges[""].queue_added(q)
@@ -297,6 +300,8 @@ class VHost:
         if q.durable and not q.exclusive and persist:
             self.definitions.append(defs.QUEUE_DELETE, (0, name, False, False, False))
         del self.queues[name]
+        if self.federation is not None:
+            self.federation.removed(q, "queue")
         if persist:
             churn.count("queue_deleted")
         self.exchanges[""].queue_removed(q)

@@ -6,6 +6,7 @@ import shutil
 
 import orjson
 
+from lavinmq.clustering import changes
 from lavinmq.sync import fsync_dir
 from lavinmq.vhost import VHost, sha1
 
@@ -44,6 +45,7 @@ class VHostStore(dict):
         if vhost is not None:
             vhost.close()
             shutil.rmtree(vhost.dir, ignore_errors=True)
+            changes.removed(vhost.dir)
             self.save()
         return vhost
 
@@ -69,6 +71,7 @@ class VHostStore(dict):
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         fsync_dir(self.config.data_dir)    # the rename, and new vhost directories
+        changes.changed(self.path)
 
     def unmap_idle(self):
         for vhost in self.values():

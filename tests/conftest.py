@@ -39,7 +39,7 @@ def unique(prefix="t"):
 class BrokerProcess:
     external = False
 
-    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None, command=None):
+    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None, command=None, mqtt=False):
         self.host = "127.0.0.1"
         self.command = list(command or [sys.executable, "-m", "lavinmq"])   # or a frozen binary
         self.port = port or free_port()
@@ -50,6 +50,9 @@ class BrokerProcess:
         # certificate (tests/security/conftest.py makes them)
         self.amqps_port = free_port() if tls else 0
         self.https_port = free_port() if tls else 0
+        # MQTT (1883 by default) only for the tests that use it: off (0) otherwise
+        self.mqtt_port = free_port() if mqtt else 0
+        self.mqtts_port = free_port() if mqtt and tls else 0
         self.proc = None
         self.log_path = os.path.join(self.data_dir + ".log")
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
@@ -62,7 +65,8 @@ class BrokerProcess:
             [*self.command, "-D", self.data_dir, "-p", str(self.port),
              "--amqp-bind", self.host, "--http-bind", self.host, "--http-port", str(self.http_port),
              "--metrics-http-port", "0", "--amqps-port", str(self.amqps_port),
-             "--https-port", str(self.https_port), "-l", "info", *self.extra_args],
+             "--https-port", str(self.https_port), "--mqtt-port", str(self.mqtt_port),
+             "--mqtts-port", str(self.mqtts_port), "-l", "info", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

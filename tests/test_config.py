@@ -203,19 +203,18 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
         bind = ::
         """)
     c = Config.load(["-c", path], env)
-    assert (c.amqp_bind, c.http_bind) == ("::", "::")
+    assert (c.amqp_bind, c.http_bind, c.mqtt_bind) == ("::", "::", "::")     # [mqtt] is implemented now
     assert (c.amqps_port, c.https_port) == (5671, 15671)     # read now: TLS is implemented
     assert c.pidfile == "/run/lavinmq.pid"
     text = "\n".join(c.warnings)
-    assert "[main] stats_log_size has no effect here" in text and "[mqtt] bind has no effect here" in text
+    assert "[main] stats_log_size has no effect here" in text and "[mqtt]" not in text
 
 
 @pytest.mark.parametrize("section,key,value", [
     ("amqp", "tcp_proxy_protocol", "true"),
     ("amqp", "unix_path", "/run/lavinmq.sock"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
-    ("mqtt", "port", "1883"),
-    ("clustering", "enabled", "true"),
+    ("mqtt", "unix_path", "/run/lavinmq-mqtt.sock"),
     ("main", "tls_keylog_file", "/tmp/keys"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
@@ -280,3 +279,75 @@ def test_sync_on_by_default_off_by_ini_env_or_flag(tmp_path, env):
     assert c.sync is False and c.sources["sync"] == "--no-sync"
     with pytest.raises(ConfigError, match=r"\[main\] sync"):
         Config.load(["-c", ini(tmp_path, "[main]\nsync = maybe\n", "bad.ini")], env)
+
+
+def test_clustering_settings_as_lavinmq(tmp_path, env):
+    path = ini(tmp_path, """
+        [clustering]
+        enabled = true
+        bind = 0.0.0.0
+        port = 5680
+        advertised_uri = tcp://node1.example:5680
+        etcd_endpoints = etcd1:2379,http://etcd2:2379
+        etcd_prefix = mycluster
+        max_unsynced_actions = 8192
+        on_leader_elected = echo elected
+        on_leader_lost = echo lost
+        """)
+    c = Config.load(["-c", path], env)
+    assert (c.clustering, c.clustering_bind, c.clustering_port) == (True, "0.0.0.0", 5680)
+    assert c.clustering_advertised_uri == "tcp://node1.example:5680"
+    assert (c.clustering_etcd_endpoints, c.clustering_etcd_prefix) == ("etcd1:2379,http://etcd2:2379", "mycluster")
+    assert (c.clustering_on_leader_elected, c.clustering_on_leader_lost) == ("echo elected", "echo lost")
+    assert c.clustering_lease_ttl == 2
+    assert any("max_unsynced_actions is deprecated" in w for w in c.warnings)
+    c = Config.load(["--clustering", "--clustering-bind", "127.0.0.11", "--clustering-port", "6000",
+                     "--clustering-etcd-endpoints", "127.0.0.1:2379", "--clustering-etcd-prefix", "p",
+                     "--clustering-lease-ttl", "5", "--clustering-max-unsynced-actions", "10"], env)
+    assert (c.clustering, c.clustering_bind, c.clustering_port, c.clustering_lease_ttl) == (True, "127.0.0.11", 6000, 5)
+    from lavinmq.clustering.settings import advertised_uri, endpoints
+    assert advertised_uri(c) == "tcp://127.0.0.11:6000"
+    assert endpoints(c) == [("http://127.0.0.1:2379", None, None)]
+    assert any("--clustering-max-unsynced-actions is deprecated" in w for w in c.warnings)
+    env["LAVINMQ_CLUSTERING"] = "true"
+    env["LAVINMQ_CLUSTERING_ETCD_PREFIX"] = "fromenv"
+    c = Config.load([], env)
+    assert (c.clustering, c.clustering_etcd_prefix) == (True, "fromenv")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--clustering", "--no-sync"], "clustering needs [main] sync = true"),
+    (["--clustering", "--clustering-etcd-prefix", "a b"], "--clustering-etcd-prefix: 'a b'"),
+    (["--clustering", "--clustering-etcd-endpoints", "ftp://x:1"], "is not an etcd endpoint"),
+    (["--clustering", "--clustering-etcd-endpoints", ""], "must be a non-empty string"),
+    (["--clustering", "--clustering-advertised-uri", "http://x"], "is not tcp://host:port"),
+    (["--clustering", "--clustering-lease-ttl", "0"], "--clustering-lease-ttl: 0 is out of range"),
+])
+def test_bad_clustering_settings(env, argv, message):
+    with pytest.raises(ConfigError) as e:
+        Config.load(argv, env)
+    assert message in str(e.value)
+
+
+def test_mqtt_section(tmp_path, env):
+    path = ini(tmp_path, """
+        [mqtt]
+        bind = 0.0.0.0
+        port = 1884
+        tls_port = 8884
+        max_inflight_messages = 100
+        max_packet_size = 1048576
+        default_vhost = iot
+        permission_check_enabled = true
+        client_id_validation = username
+        """)
+    c = Config.load(["-c", path, "--mqtt-port", "1999"], env)
+    assert (c.mqtt_bind, c.mqtt_port, c.mqtts_port) == ("0.0.0.0", 1999, 8884)
+    assert (c.mqtt_max_inflight_messages, c.mqtt_max_packet_size, c.mqtt_default_vhost) == (100, 1048576, "iot")
+    assert c.mqtt_permission_check_enabled is True and c.mqtt_client_id_validation == "username"
+    assert Config.load(["-b", "10.0.0.1"], env).mqtt_bind == "10.0.0.1"
+    assert Config.load(["--mqtts-port", "-1"], env).mqtts_port == -1      # LavinMQ's way to turn it off
+    with pytest.raises(ConfigError, match=r"\[mqtt\] client_id_validation"):
+        Config.load(["-c", ini(tmp_path, "[mqtt]\nclient_id_validation = ip\n")], env)
+    with pytest.raises(ConfigError, match=r"\[mqtt\] max_inflight_messages: 70000 is out of range"):
+        Config.load(["-c", ini(tmp_path, "[mqtt]\nmax_inflight_messages = 70000\n")], env)

@@ -66,19 +66,26 @@ def options(parser, sub=False):
     return out
 
 
+def commands(parser, prefix):
+    """Each command, and each command of a command (lavinmqperf mqtt throughput)."""
+    out = []
+    for subs in [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][:1]:
+        helps = {c.dest: c.help for c in subs._choices_actions}
+        for cmd, sub in subs.choices.items():
+            out += [f".SS {roff(prefix + cmd)}", roff(helps.get(cmd) or ""), ".PP", usage(sub)]
+            out += options(sub, sub=True)
+            out += commands(sub, prefix + cmd + " ")
+    return out
+
+
 def page(name, parser):
     lines = [f'.TH {name.upper()} 1 "" "lavinmq {lavinmq.__version__}" "User Commands"',
              ".SH NAME", f"{name} \\- {roff(parser.description or '')}",
              ".SH SYNOPSIS", usage(parser),
              ".SH OPTIONS", *options(parser)]
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if subs:
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
         lines.append(".SH COMMANDS")
-        helps = {c.dest: c.help for c in subs[0]._choices_actions}
-        for cmd, sub in subs[0].choices.items():
-            lines += [f".SS {roff(cmd)}", roff(helps.get(cmd) or ""), ".PP",
-                      usage(sub)]
-            lines += options(sub, sub=True)
+        lines += commands(parser, "")
     for title, text in EXTRA[name]:
         lines += [f".SH {title}", text]
     others = [n for n in EXTRA if n != name]

@@ -26,6 +26,12 @@ class Timestamp(int):
     def __repr__(self):
         return f"Timestamp({int(self)})"
 
+
+class Long(int):
+    """An int written as 'l' (64-bit) however small: RabbitMQ's 'long',
+    which some arguments must be (x-federation-upstream's x-max-hops)."""
+    __slots__ = ()
+
 # argument type codes, resolved once from the generated spec tables
 cdef enum ArgType:
     A_OCTET = 1
@@ -160,6 +166,9 @@ cdef int encode_field_value(WriteBuffer wb, object v) except -1:
     elif isinstance(v, Timestamp):
         wb.write_u8(b"T")
         wb.write_u64(<uint64_t>v)
+    elif isinstance(v, Long):
+        wb.write_u8(b"l")
+        wb.write_u64(<uint64_t><int64_t>v)
     elif isinstance(v, int):
         if -2147483648 <= v <= 2147483647:
             wb.write_u8(b"I")

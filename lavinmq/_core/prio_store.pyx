@@ -2,6 +2,8 @@
 import os
 import shutil
 
+from lavinmq.clustering import changes
+
 from libc.stdint cimport uint32_t, uint64_t
 from cpython.list cimport PyList_GET_ITEM
 
@@ -162,6 +164,10 @@ cdef class PriorityMessageStore(MessageStore):
     def destroy(self):
         self.close()
         shutil.rmtree(self.path(), ignore_errors=True)
+        changes.removed(self.path())
+
+    def write_segments(self):
+        return [x for st in self.stores for x in st.write_segments()]
 
     @property
     def segment_count(self):

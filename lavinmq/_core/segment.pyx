@@ -20,6 +20,7 @@ from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport record_body_len
 from lavinmq import commit as commits
+from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.store")
 
@@ -132,6 +133,7 @@ cdef class MessageStore:
                 self.sync_pos = SEGMENT_HEADER
                 commits.write_slot(self.path(), commits.Slot(0, commits.BOOT_ID, self.sync_seg,
                                                           SEGMENT_HEADER, []), sync=False)
+                changes.changed(commits.commit_path(self.path()))
                 self.commit_seq = 1
                 had_commits = True
             # no segment until the first message: an empty queue is a directory
@@ -276,6 +278,7 @@ cdef class MessageStore:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+            changes.removed(p)
         self.segs[idx] = None
         while self.segs and self.segs[0] is None:
             del self.segs[0]
@@ -687,6 +690,14 @@ cdef class MessageStore:
         import shutil
         self.close()
         shutil.rmtree(self.path(), ignore_errors=True)
+        changes.removed(self.path())
+
+    def write_segments(self):
+        """[(path, end of its data)] of the segment written to: its file is
+        longer (preallocated for the map). Replication's full sync asks."""
+        if self.closed or self.wseg is None or not self.wseg.writable:
+            return []
+        return [(self.wseg.path, self.wseg.size)]
 
     @property
     def segment_count(self):

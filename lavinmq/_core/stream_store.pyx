@@ -7,6 +7,7 @@ import time
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from lavinmq._core.buffer cimport le64
+from lavinmq.clustering import changes
 from lavinmq._core.segment cimport MessageStore, Segment, SP, SEGMENT_HEADER, record_len
 
 log = logging.getLogger("lavinmq.stream")
@@ -208,6 +209,7 @@ cdef class StreamStore(MessageStore):
             os.unlink(self._meta_path(s.id))
         except FileNotFoundError:
             pass
+        changes.removed(self._meta_path(s.id))
         if self.first_offsets is not None:
             self.first_offsets.pop(s.id, None)
             self.first_ts.pop(s.id, None)
@@ -446,6 +448,7 @@ cdef class StreamStore(MessageStore):
         self.offsets_size += len(data)
         while data:
             data = data[os.write(self.offsets_fd, data):]
+        changes.changed(self._offsets_path())
 
     def _rewrite_offsets(self):
         # offsets below the oldest message are of no use any more
@@ -460,6 +463,7 @@ cdef class StreamStore(MessageStore):
         self._close_offsets()
         os.replace(tmp, self._offsets_path())
         self.offsets_size = len(data)
+        changes.changed(self._offsets_path())
 
     def unmap_idle(self):
         """Housekeeping (every few seconds): max-age retention also applies

@@ -68,14 +68,14 @@ class AMQPChannel(CoreChannel):
             self.can_configure(name, "exchange", 40, 10)
         self.vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments, passive)
         if not nowait:
-            self.send(40, 11)
+            self.send_durable(40, 11)
 
     def exchange_delete(self, args):
         _, name, if_unused, nowait = args
         self.can_configure(name, "exchange", 40, 20)
         self.vhost.delete_exchange(name, if_unused)
         if not nowait:
-            self.send(40, 21)
+            self.send_durable(40, 21)
 
     def exchange_bind(self, args):
         _, dest, src, rk, nowait, arguments = args
@@ -83,7 +83,7 @@ class AMQPChannel(CoreChannel):
         self.can_read(src, "exchange", 40, 30)
         self.vhost.bind_exchange(dest, src, rk, arguments)
         if not nowait:
-            self.send(40, 31)
+            self.send_durable(40, 31)
 
     def exchange_unbind(self, args):
         _, dest, src, rk, nowait, arguments = args
@@ -91,7 +91,7 @@ class AMQPChannel(CoreChannel):
         self.can_read(src, "exchange", 40, 40)
         self.vhost.unbind_exchange(dest, src, rk, arguments)
         if not nowait:
-            self.send(40, 51)
+            self.send_durable(40, 51)
 
     # -- queue ------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class AMQPChannel(CoreChannel):
         conn.last_queue = q.name
         churn.count("queue_declared")
         if not nowait:
-            self.send(50, 11, (q.name, q.message_count, q.consumer_count))
+            self.send_durable(50, 11, (q.name, q.message_count, q.consumer_count))
 
     def _queue_name(self, name):
         # an empty queue name means the last queue declared on this channel's connection
@@ -140,7 +140,7 @@ class AMQPChannel(CoreChannel):
             return
         syncer = self.connection.server.syncer
         if replay is None:
-            self.send(50, 21)
+            self.send_durable(50, 21)
         elif syncer is not None:
             # a persistent exchange's stored messages were copied: the bind-ok
             # says they are in the queue, on disk as a confirm's are
@@ -160,7 +160,7 @@ class AMQPChannel(CoreChannel):
         self.can_write(queue, "queue", 50, 50)
         self.can_read(exchange, "exchange", 50, 50)
         self.vhost.unbind_queue(queue, exchange, rk, arguments, connection=self.connection)
-        self.send(50, 51)
+        self.send_durable(50, 51)
 
     def queue_purge(self, args):
         _, queue, nowait = args
@@ -180,7 +180,7 @@ class AMQPChannel(CoreChannel):
             self.vhost.check_exclusive(q, self.connection, 50, 40)
         count = self.vhost.delete_queue(queue, if_unused, if_empty)
         if not nowait:
-            self.send(50, 41, (count,))
+            self.send_durable(50, 41, (count,))
 
     # -- basic ------------------------------------------------------------------
 
@@ -349,6 +349,22 @@ class AMQPChannel(CoreChannel):
 
     def send(self, class_id, method_id, args=()):
         self.connection.send_method(self.id, class_id, method_id, tuple(args))
+
+    def send_durable(self, class_id, method_id, args=()):
+        """The reply to a definition change: on a cluster's leader it goes
+        out once the change is on every in-sync replica's disk, as LavinMQ
+        2.9 does (with the next flush, which the change brought on)."""
+        syncer = self.connection.server.syncer
+        if syncer is None or syncer.replicator is None:
+            self.send(class_id, method_id, args)
+            return
+        syncer.after_flush(lambda: self._send_later(class_id, method_id, args))
+
+    def _send_later(self, class_id, method_id, args):
+        if self.closing or self.state.closed:
+            return None
+        self.send(class_id, method_id, args)
+        return self.connection
 
     def cleanup(self):
         """The channel is closing: requeue what is unacked, drop consumers."""

@@ -18,6 +18,7 @@ import re
 import orjson
 
 from lavinmq.auth.password import algorithm_name, check_hash, hash_password, verify
+from lavinmq.clustering import changes
 from lavinmq.errors import ConfigError
 
 log = logging.getLogger("lavinmq.users")
@@ -275,6 +276,7 @@ class UserStore:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        changes.changed(self.path)
 
     def authenticate(self, username, password):
         """The user if the password is right, else None. The loopback rule is

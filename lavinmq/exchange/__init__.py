@@ -6,6 +6,7 @@ from lavinmq.exchange.consistent_hash import ConsistentHashExchange
 from lavinmq.exchange.default import DefaultExchange
 from lavinmq.exchange.direct import DirectExchange
 from lavinmq.exchange.fanout import FanoutExchange
+from lavinmq.exchange.federation_upstream import FederationUpstreamExchange
 from lavinmq.exchange.headers import HeadersExchange
 from lavinmq.exchange.topic import TopicExchange
 
@@ -15,6 +16,7 @@ EXCHANGE_TYPES = {
     "topic": TopicExchange,
     "headers": HeadersExchange,
     "x-consistent-hash": ConsistentHashExchange,
+    "x-federation-upstream": FederationUpstreamExchange,
 }
 
 # every type a declare accepts, as /api/overview lists them (exchange_types)
@@ -27,6 +29,7 @@ DECLARABLE_TYPES = {
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "x-consistent-hash": "Consistent hashing exchange: one destination per message, by weight",
     "x-delayed-message": "Delays each message by its x-delay header (ms), then routes it as its x-delayed-type",
+    "x-federation-upstream": "Federation upstream helper exchange: a downstream's exchange link declares it here",
 }
 
 __all__ = ["Binding", "DECLARABLE_TYPES", "ConsistentHashExchange", "DefaultExchange", "DirectExchange", "EXCHANGE_TYPES",

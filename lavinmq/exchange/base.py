@@ -82,6 +82,7 @@ class Exchange(CoreExchange):
         self._add(b)                # may refuse the binding (bad arguments)
         self.bindings[b.key] = b
         self.version.bump()
+        self._bindings_changed()
         return True
 
     def unbind(self, destination, routing_key, arguments):
@@ -93,6 +94,7 @@ class Exchange(CoreExchange):
             self._remove(b)
         del self.bindings[key]
         self.version.bump()
+        self._bindings_changed()
         return True
 
     def remove_destination(self, destination):
@@ -101,6 +103,13 @@ class Exchange(CoreExchange):
             if not self._drop_held(key):
                 self._remove(b)
         self.version.bump()
+        self._bindings_changed()
+
+    def _bindings_changed(self):
+        # a federated exchange mirrors its bindings upstream (lavinmq.federation)
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.bindings_changed(self)
 
     def clear_bindings(self):
         """The exchange is deleted: drop every binding (and the matcher's

@@ -113,15 +113,37 @@ def _check(server, body, only):
             raise HTTPError(400, "bad definitions: destination_type must be queue or exchange")
         if not isinstance(b.get("arguments") or {}, dict):
             raise HTTPError(400, "bad definitions: binding arguments must be an object")
-    return users, vhosts, perms, checked, exchanges, queues, bindings
+    params = _check_parameters(body, vhost_name)
+    return users, vhosts, perms, checked, exchanges, queues, bindings, params
+
+
+def _check_parameters(body, vhost_name):
+    """Runtime parameters (shovels, federation upstreams): each value as
+    its component checks it; applied after the exchanges and queues."""
+    from lavinmq.parameters import ParameterError, check
+    out = []
+    for p in _items(body, "parameters"):
+        component, name = _str(p, "component", "a parameter"), _str(p, "name", "a parameter")
+        vhost = vhost_name(p, f"parameter {component}/{name}")
+        try:
+            check(component, name, p.get("value"))
+        except (ParameterError, PermissionError) as exc:
+            raise HTTPError(400, f"bad definitions: parameter {component}/{name}: {exc}")
+        out.append((vhost, component, name, p["value"]))
+    return out
 
 
 def import_definitions(server, body, only=None):
-    users, vhosts, perms, policies, exchanges, queues, bindings = _check(server, body, only)
+    users, vhosts, perms, policies, exchanges, queues, bindings, params = _check(server, body, only)
     undo = []
     try:
         with server.users.batch():
             _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
+            for vhost, component, name, value in params:
+                vp = server.parameters.of(server.vhosts[vhost])
+                old = vp.store.get(component, name)
+                vp.set(component, name, value)
+                undo.append(lambda vp=vp, c=component, n=name, old=old: vp.restore(c, n, old))
     except (KeyError, ValueError, TypeError, AMQPError) as exc:
         for action in reversed(undo):
             try:

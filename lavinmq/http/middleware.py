@@ -5,6 +5,7 @@ import logging
 
 from aiohttp import web
 
+from lavinmq.clustering import status as cluster_status
 from lavinmq.errors import AMQPError
 from lavinmq.http.helpers import HTTPError, error_response
 from lavinmq.listener import RateLimitedLog
@@ -26,7 +27,13 @@ async def errors_and_auth(request, handler):
             check_not_cross_site(request)
         if not request.app.get("open"):
             request["user"] = authenticate(request)
-        return await handler(request)
+        response = await handler(request)
+        if request.method not in SAFE_METHODS and not await cluster_status.replicated(request.app["server"]):
+            # a cluster's leader: the change is not on the in-sync replicas (the
+            # leader lost its lease): it must not be reported done
+            raise HTTPError(503, "the change could not be replicated: this node no longer leads",
+                            "service_unavailable")
+        return response
     except HTTPError as exc:
         headers = {"WWW-Authenticate": 'Basic realm="LavinMQ Management"'} if exc.status == 401 else None
         resp = error_response(exc.status, exc.error, exc.reason)

@@ -67,7 +67,8 @@ def exchange(ex):
 def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
-           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE, "type": "classic",
+           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE,
+           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else "classic",
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
@@ -156,7 +157,8 @@ def connection(conn, now=None):
             "send_oct": st.send_oct, "recv_oct": st.recv_oct,
             "send_oct_details": rate((rates_for(id(conn)) or {}).get("send_oct")),
             "recv_oct_details": rate((rates_for(id(conn)) or {}).get("recv_oct")),
-            **compat.connection_extra(conn)}
+            **compat.connection_extra(conn),
+            **(conn.api_details() if hasattr(conn, "api_details") else {})}
 
 
 def channel(ch):
@@ -198,7 +200,7 @@ def definitions(server, only=None):
                          for v in vhosts]
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
-    out["parameters"] = []      # no runtime parameter components (shovel, federation) yet
+    out["parameters"] = [p for v in vhosts for p in server.parameters.of(v).listing()]
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
@@ -215,7 +217,7 @@ def definitions(server, only=None):
                        for b in ex.bindings.values()
                        if ex.durable and getattr(b.destination, "durable", False)]
     if only is not None:
-        for key in ("policies", "operator_policies", "exchanges", "queues", "bindings"):
+        for key in ("parameters", "policies", "operator_policies", "exchanges", "queues", "bindings"):
             for item in out[key]:
                 item.pop("vhost", None)
     return out

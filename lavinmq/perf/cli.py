@@ -82,15 +82,25 @@ def add_churn(sub):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="lavinmqperf", description="Load generator and benchmarks for "
-                                     "AMQP 0-9-1 brokers.")
+                                     "AMQP 0-9-1 brokers (lavinmqperf [amqp] COMMAND), and for MQTT "
+                                     "(lavinmqperf mqtt throughput -h).")
     parser.add_argument("-v", "--version", action="version", version=f"lavinmqperf {lavinmq.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_throughput(sub)
     add_churn(sub)
+    from lavinmq.perf.mqtt import add_scenarios
+    add_scenarios(sub.add_parser("mqtt", help="MQTT scenarios: lavinmqperf mqtt throughput -h"))
     return parser
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # LavinMQ's form: lavinmqperf [amqp|mqtt] SCENARIO ...; amqp is the default
+    if argv[:1] == ["mqtt"]:
+        from lavinmq.perf import mqtt
+        return mqtt.main(argv[1:])
+    if argv[:1] == ["amqp"]:
+        argv = argv[1:]
     parser = build_parser()
     opts = parser.parse_args(argv)
     if opts.command == "throughput" and opts.verify and opts.measure_latency:

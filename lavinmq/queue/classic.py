@@ -9,6 +9,7 @@ import time
 
 from lavinmq._core.queue import Queue as CoreQueue
 from lavinmq.arguments import EMPTY, check_equivalent
+from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -109,6 +110,7 @@ class Queue(CoreQueue):
         """Kept across restarts by a `paused` file in the queue's directory."""
         if not self.paused:
             open(self._paused_path, "w").close()
+            changes.changed(self._paused_path)
             self.set_paused(True)
 
     def resume(self):
@@ -117,6 +119,7 @@ class Queue(CoreQueue):
                 os.unlink(self._paused_path)
             except FileNotFoundError:
                 pass
+            changes.removed(self._paused_path)
             self.set_paused(False)
 
     # -- x-expires: deleted after being unused for that long --------------------------
@@ -158,10 +161,18 @@ class Queue(CoreQueue):
         self.had_consumers = True
         super().add_consumer(consumer)
         self.touch()
+        self._consumers_changed()
 
     def remove_consumer(self, consumer):
         super().remove_consumer(consumer)
         self.touch()
+        self._consumers_changed()
+
+    def _consumers_changed(self):
+        # a federated queue consumes its upstream while it has consumers (lavinmq.federation)
+        federation = getattr(self.vhost, "federation", None)
+        if federation is not None:
+            federation.consumers_changed(self)
 
     def stop(self):
         """Deleted or shut down: no timer may fire any more."""

@@ -274,8 +274,10 @@ def test_vhost_limits_and_parameters(api):
         pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{api.host}:{api.port}/{v}"))
     c1.close()
     assert call(api, "DELETE", f"/api/vhost-limits/{v}/max-connections")[0] == 204
-    assert call(api, "GET", "/api/parameters")[1] == []
+    assert call(api, "GET", f"/api/parameters/shovel/{v}")[1] == []
     status, body = call(api, "PUT", f"/api/parameters/shovel/{v}/s1", {"value": {}})
+    assert status == 400 and "required" in body["reason"]      # tests/links has the shovels
+    status, body = call(api, "PUT", f"/api/parameters/bananas/{v}/s1", {"value": {}})
     assert status == 400 and "not supported" in body["reason"]
     assert call(api, "DELETE", f"/api/vhosts/{v}")[0] == 204
 

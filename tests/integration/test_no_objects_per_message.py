@@ -70,7 +70,7 @@ def run_messages(port, queue, count, consume_from=None):
 def start_alloc_broker(tmp_path, port):
     return subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.alloc_broker", "-D", str(tmp_path), "-p", str(port),
-         "--http-port", "0", "--metrics-http-port", "0", "-l", "warning"],
+         "--http-port", "0", "--metrics-http-port", "0", "--mqtt-port", "0", "-l", "warning"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -117,7 +117,8 @@ def test_publish_consume_ack_allocates_nothing_per_message(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.alloc_broker", "-D", str(tmp_path), "-p", str(port),
-         "--http-port", "0", "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0", "-l", "warning"],
+         "--http-port", "0", "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0",
+         "--mqtt-port", "0", "--mqtts-port", "0", "-l", "warning"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     try:

@@ -87,7 +87,8 @@ def test_second_broker_on_same_data_dir_refused(fresh_broker):
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-m", "lavinmq", "-D", fresh_broker.data_dir, "-p", "0", "--http-port", "0",
-                        "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0"],
+                        "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0",
+                        "--mqtt-port", "0", "--mqtts-port", "0"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "(--data-dir / [main] data_dir) is locked by another lavinmq process" in r.stderr

@@ -48,7 +48,7 @@ def test_routing_allocates_nothing_per_message(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.alloc_broker", "-D", str(tmp_path), "-p", str(port),
-         "--http-port", "0", "--metrics-http-port", "0", "-l", "warning"],
+         "--http-port", "0", "--metrics-http-port", "0", "--mqtt-port", "0", "-l", "warning"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

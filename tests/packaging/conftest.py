@@ -166,7 +166,7 @@ class ChrootBroker:
         self.proc = subprocess.Popen(
             ["chroot", "--userspec=lavinmq:lavinmq", str(self.root), "/usr/bin/lavinmq",
              "-c", "/etc/lavinmq/lavinmq.ini", "-D", "/var/lib/lavinmq", "-p", str(self.port),
-             "--http-port", "0", "--metrics-http-port", "0"],
+             "--http-port", "0", "--metrics-http-port", "0", "--mqtt-port", "0"],
             env=CHROOT_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_for_port(self.port, self.proc)
         return self

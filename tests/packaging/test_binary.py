@@ -66,7 +66,8 @@ def test_broker_ctl_and_perf_from_one_binary(binary, tmp_path):
     data = tmp_path / "data"
     env = clean_env(tmp_path)
     proc = subprocess.Popen([binary, "-D", str(data), "-p", str(port), "--http-port", str(http),
-                             "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0"],
+                             "--metrics-http-port", "0", "--amqps-port", "0", "--https-port", "0",
+                             "--mqtt-port", "0", "--mqtts-port", "0"],
                             env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:

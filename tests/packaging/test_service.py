@@ -87,7 +87,7 @@ def test_service_under_systemd(bootable, artefacts):
     dropin.mkdir(parents=True)
     (dropin / "ports.conf").write_text(
         "[Service]\nExecStart=\nExecStart=/usr/bin/lavinmq -c /etc/lavinmq/lavinmq.ini -D /var/lib/lavinmq "
-        f"-p {amqp} --http-port {http} --metrics-http-port 0 --amqps-port 0 --https-port 0\n")
+        f"-p {amqp} --http-port {http} --metrics-http-port 0 --amqps-port 0 --https-port 0 --mqtt-port 0 --mqtts-port 0\n")
     publish_repo(root, artefacts["deb"][0])
     with Booted(root) as box:
         box.run("apt-get", "install", "-y", "-q", "lavinmq")

@@ -106,7 +106,7 @@ class Broker:
         python = sys.executable if self.root == ROOT else os.path.join(self.root, ".venv", "bin", "python")
         broker = [python, "-m", "lavinmq", "-D", self.data_dir, "-c", self.ini,
                   "-p", str(self.port), "--amqp-bind", "127.0.0.1", "--http-port", "0",
-                  "--metrics-http-port", "0", "-l", "info"]
+                  "--metrics-http-port", "0", "--mqtt-port", "0", "-l", "info"]
         script = 'mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"'
         self.proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,

@@ -18,7 +18,7 @@ def start(data_dir, *args):
 
 def ports(**over):
     p = {"-p": free_port(), "--http-port": free_port(), "--metrics-http-port": 0, "--amqps-port": 0,
-         "--https-port": 0}
+         "--https-port": 0, "--mqtt-port": free_port(), "--mqtts-port": free_port()}
     p.update(over)
     return [str(x) for kv in p.items() for x in kv]
 
@@ -29,6 +29,8 @@ def ports(**over):
     ("--metrics-http-port", "metrics port {} (--metrics-http-port / [main] metrics_http_port) is in use"),
     ("--amqps-port", "AMQPS port {} (--amqps-port / [amqp] tls_port) is in use"),
     ("--https-port", "HTTPS port {} (--https-port / [mgmt] tls_port) is in use"),
+    ("--mqtt-port", "MQTT port {} (--mqtt-port / [mqtt] port) is in use"),
+    ("--mqtts-port", "MQTTS port {} (--mqtts-port / [mqtt] tls_port) is in use"),
 ])
 def test_port_in_use_is_one_line(tmp_path, certs, flag, text):
     with socket.socket() as taken:

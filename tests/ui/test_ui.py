@@ -97,6 +97,7 @@ def test_every_page_renders(ui, ui_broker):
             ("#/operator-policies", "#policies-table td", name, "operator-policies"),
             ("#/definitions", "#export-definitions button", "Download", "definitions"),
             ("#/logs", ".log-table td", "started", "log"),
+            ("#/nodes", "#nodes-table td", "single", "nodes"),
         ]
         for hash_, selector, text, shot in pages:
             ui.go(hash_, "main h1")

@@ -12,7 +12,7 @@ from tests.conftest import free_port
 
 
 def config(tmp_path, amqp, http, metrics):
-    return Config.load(["-D", str(tmp_path), "-b", "127.0.0.1", "-p", str(amqp), "--http-port", str(http),
+    return Config.load(["-D", str(tmp_path), "-b", "127.0.0.1", "-p", str(amqp), "--http-port", str(http), "--mqtt-port", "0",
                         "--metrics-http-port", str(metrics)])
 
 

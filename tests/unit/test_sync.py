@@ -24,10 +24,10 @@ def flushes(monkeypatch):
         def set(self):
             flusher.open_gate(1)
 
-    def recorded(self, files, dirs, jobs, waiters):
+    def recorded(self, files, dirs, jobs, waiters, rnd):
         calls.append((sorted(list(files) + [commit.commit_path(job[0]) for job in jobs]), list(dirs)))
         gates.append(Gate())
-        real(self, files, dirs, jobs, waiters)
+        real(self, files, dirs, jobs, waiters, rnd)
 
     flusher.gate(0)
     monkeypatch.setattr(sync.Syncer, "_submit", recorded)

@@ -1,9 +1,11 @@
-"""/api/nodes: this node's resources (memory, descriptors, disk)."""
+"""/api/nodes: this node's resources (memory, descriptors, disk); on a
+cluster's leader also its followers, their ISR membership and lag."""
 import os
 import resource
 
 from aiohttp import web
 
+from lavinmq.clustering import status as cluster_status
 from lavinmq.http import compat, shapes
 from lavinmq.http.helpers import MONITORING, not_found, require
 from lavinmq.process import open_fds, resident_memory
@@ -18,7 +20,7 @@ async def node(request):
 
 async def nodes(request):
     require(request, MONITORING)
-    return web.json_response(await _node_list(request))
+    return web.json_response(cluster_status.nodes(request.app["server"], (await _node_list(request))[0]))
 
 
 async def _node_list(request):

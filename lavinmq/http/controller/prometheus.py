@@ -12,6 +12,7 @@ from aiohttp import web
 
 import lavinmq
 from lavinmq import churn
+from lavinmq.clustering import status as cluster_status
 from lavinmq.exchange import DefaultExchange
 from lavinmq.http.helpers import HTTPError, MONITORING, require
 
@@ -132,7 +133,7 @@ async def metrics(request):
     w.metric("uptime", "counter", "Server uptime in seconds", int(time.monotonic() - server.started))
     w.metric("cpu_system_time_total", "counter", "Total CPU system time", round(usage.ru_stime, 3))
     w.metric("cpu_user_time_total", "counter", "Total CPU user time", round(usage.ru_utime, 3))
-    w.metric("total_connected_followers", "gauge", "Amount of follower nodes connected", 0)
+    cluster_status.metrics(server, w)
     delivered = sum(q.deliver_count + q.get_count for q in queues)
     w.metric("global_messages_delivered_total", "counter", "Total number of messaged delivered to consumers",
              delivered)

@@ -22,16 +22,21 @@ const PAGES = {
   policies: () => import('./pages/policies.js'),
   'operator-policies': () => import('./pages/policies.js'),
   definitions: () => import('./pages/definitions.js'),
-  logs: () => import('./pages/logs.js')
+  shovels: () => import('./pages/shovels.js'),
+  federation: () => import('./pages/federation.js'),
+  logs: () => import('./pages/logs.js'),
+  nodes: () => import('./pages/nodes.js')
 }
 
 // [route, label, tags that see it (none: every management user)]
 const NAV = [
   ['overview', 'Overview'], ['connections', 'Connections'], ['channels', 'Channels'],
   ['exchanges', 'Exchanges'], ['queues', 'Queues'], ['consumers', 'Consumers'],
+  ['nodes', 'Nodes', ['administrator', 'monitoring']],
   ['-', 'Admin', ['administrator', 'policymaker']],
   ['users', 'Users', ['administrator']], ['vhosts', 'Virtual hosts', ['administrator']],
   ['policies', 'Policies', ['policymaker']], ['operator-policies', 'Operator policies', ['administrator']],
+  ['shovels', 'Shovels', ['policymaker']], ['federation', 'Federation', ['policymaker']],
   ['definitions', 'Definitions', ['administrator']], ['logs', 'Log', ['administrator']]
 ]
 

@@ -4,7 +4,7 @@ import { h, clear, props, fmtNumber, fmtBytes, argsList, toast, card } from '../
 import { get, request, enc } from '../api.js'
 import { Chart, ratesOf } from '../chart.js'
 import { field, input, onSubmit, confirmed } from '../forms.js'
-import { historyQuery, channelHref, nameLink, stateBadge, yesNo, Guard } from './common.js'
+import { historyQuery, channelHref, queueHref, nameLink, stateBadge, yesNo, Guard } from './common.js'
 import { clientName } from './connections.js'
 
 export async function render ({ main, params, navigate }) {
@@ -29,10 +29,16 @@ export async function render ({ main, params, navigate }) {
   async function refresh () {
     return guard.refresh(async () => {
       const [c, chs] = await Promise.all([get(`${base}?${historyQuery()}`), get(`${base}/channels`)])
+      const mqtt = c.client_id !== undefined
       clear(details, props([['Virtual host', c.vhost], ['User', c.user], ['State', stateBadge(c.state)],
-        ['Client', clientName(c)], ['Peer', `${c.peer_host}:${c.peer_port}`], ['Protocol', c.protocol],
-        ['Authentication', c.auth_mechanism], ['TLS', yesNo(c.ssl)], ['Heartbeat', `${c.timeout} s`],
-        ['Frame max', fmtNumber(c.frame_max)], ['Channel max', fmtNumber(c.channel_max)],
+        [mqtt ? 'Client id' : 'Client', clientName(c)], ['Peer', `${c.peer_host}:${c.peer_port}`],
+        ['Protocol', c.protocol + (c.transport === 'websocket' ? ' over WebSocket' : '')],
+        ['Authentication', c.auth_mechanism], ['TLS', yesNo(c.ssl)], [mqtt ? 'Keepalive' : 'Heartbeat', `${c.timeout} s`],
+        ...(mqtt
+          ? [['Clean session', yesNo(c.clean_session)],
+              ['Session', c.session ? nameLink(queueHref(c.vhost, c.session), c.session) : '–'],
+              ['Max packet size', fmtNumber(c.frame_max)]]
+          : [['Frame max', fmtNumber(c.frame_max)], ['Channel max', fmtNumber(c.channel_max)]]),
         ['Received', fmtBytes(c.recv_oct)], ['Sent', fmtBytes(c.send_oct)],
         ['Connected at', c.connected_at ? new Date(c.connected_at).toLocaleString() : undefined]]))
       clear(client, argsList(c.client_properties))

@@ -4,6 +4,7 @@ import { Table } from '../table.js'
 import { connectionHref, nameLink, stateBadge } from './common.js'
 
 export function clientName (c) {
+  if (c.client_id !== undefined) return c.client_id || '–'     // MQTT: the client id, as LavinMQ shows it
   const p = c.client_properties || {}
   return [p.product, p.version].filter(Boolean).join(' ') || '–'
 }
@@ -18,6 +19,7 @@ export async function render ({ main, vhost }) {
     { label: 'User', key: 'user', render: c => c.user },
     { label: 'State', key: 'state', render: c => stateBadge(c.state) },
     { label: 'Client', render: clientName },
+    { label: 'Protocol', key: 'protocol', render: c => c.protocol + (c.transport === 'websocket' ? ' (WebSocket)' : '') },
     { label: 'Channels', key: 'channels', num: true, render: c => fmtNumber(c.channels) },
     { label: 'Received', key: 'recv_oct_details.rate', num: true, render: c => fmtBytes((c.recv_oct_details || {}).rate) + '/s' },
     { label: 'Sent', key: 'send_oct_details.rate', num: true, render: c => fmtBytes((c.send_oct_details || {}).rate) + '/s' }

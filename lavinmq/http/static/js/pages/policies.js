@@ -8,7 +8,7 @@ import { listPath } from './common.js'
 const POLICY_KEYS = [['max-length', 'number'], ['max-length-bytes', 'number'], ['overflow', 'string'],
   ['message-ttl', 'number'], ['expires', 'number'], ['dead-letter-exchange', 'string'],
   ['dead-letter-routing-key', 'string'], ['delivery-limit', 'number'], ['alternate-exchange', 'string'],
-  ['federation-upstream', 'string']]
+  ['federation-upstream', 'string'], ['federation-upstream-set', 'string']]
 const OPERATOR_KEYS = [['max-length', 'number'], ['max-length-bytes', 'number'], ['message-ttl', 'number'],
   ['expires', 'number'], ['delivery-limit', 'number'], ['overflow', 'string']]
 

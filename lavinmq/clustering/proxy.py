@@ -1,0 +1,169 @@
+"""A follower pipes its clients to the leader, as LavinMQ's followers do, so
+a client may connect to any node: AMQP (and AMQPS), the management API
+(and HTTPS) and the metrics port listen on this node's own addresses and
+ports, and each connection is piped to the leader's host on the same port
+number (every node of a cluster uses the same ports).
+
+A client that connects while there is no leader (a failover in progress)
+waits up to WAIT_FOR_LEADER seconds for one, then is closed. When the
+leader changes, the pipes to the old one are closed: their clients
+reconnect, and land on the new leader. Bytes are passed as they come, with
+flow control both ways (a slow side pauses the other's reads); nothing is
+parsed. TLS passes through untouched: the leader terminates it.
+"""
+import asyncio
+import logging
+
+log = logging.getLogger("lavinmq.clustering.proxy")
+
+WAIT_FOR_LEADER = 5.0
+CONNECT_TIMEOUT = 3.0
+
+
+class _Side(asyncio.Protocol):
+    """One end of a pipe; `other` is the opposite end."""
+
+    def __init__(self, pipes):
+        self.pipes = pipes
+        self.transport = None
+        self.other = None
+        self.early = []             # what the client sent before the leader side was up
+        self.closed = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.pipes.add(self)
+
+    def data_received(self, data):
+        other = self.other
+        if other is None or other.transport is None:
+            self.early.append(data)
+            if sum(map(len, self.early)) > 1 << 20:
+                self.transport.pause_reading()
+        else:
+            other.transport.write(data)
+
+    def eof_received(self):
+        if self.other is not None and self.other.transport is not None and self.other.transport.can_write_eof():
+            self.other.transport.write_eof()
+            return True         # half-close: the other way may still have bytes
+        return False
+
+    def pause_writing(self):
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.pause_reading()
+
+    def resume_writing(self):
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.resume_reading()
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self.pipes.discard(self)
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.close()
+
+    def close(self):
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _ClientSide(_Side):
+    def __init__(self, proxy, port):
+        super().__init__(proxy.pipes)
+        self.proxy = proxy
+        self.port = port
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        asyncio.ensure_future(self._connect())
+
+    async def _connect(self):
+        host = await self.proxy.target(WAIT_FOR_LEADER)
+        if host is None or self.closed:
+            self.close()
+            return
+        leader = _Side(self.pipes)
+        leader.other = self
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+                lambda: leader, host, self.port, local_addr=self.proxy.local_addr(self.transport)), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.info("proxy to the leader at %s:%d: %s", host, self.port, exc)
+            self.close()
+            return
+        if self.closed:
+            leader.close()
+            return
+        self.other = leader
+        for data in self.early:
+            leader.transport.write(data)
+        self.early = []
+        self.transport.resume_reading()
+
+
+class Proxies:
+    def __init__(self, listeners):
+        """listeners: [(bind address, port, what)]."""
+        self.listeners = listeners
+        self.servers = []
+        self.pipes = set()
+        self.host = None
+        self._changed = asyncio.Event()
+
+    async def start(self):
+        from lavinmq.listener import ListenError, bind_sockets
+        loop = asyncio.get_running_loop()
+        for bind, port, what in self.listeners:
+            try:
+                # the sockets the process took at start (lavinmq/ports.py), or new ones
+                socks = bind_sockets(bind, port, f"{what} port", "proxied to the leader")
+            except ListenError as exc:
+                log.error("cannot proxy %s to the leader: %s", what, exc)
+                continue
+            for sock in socks:
+                server = await loop.create_server(lambda port=port: _ClientSide(self, port), sock=sock)
+                self.servers.append(server)
+        if self.servers:
+            log.info("proxying %s to the leader", ", ".join(f"{w} ({b}:{p})" for b, p, w in self.listeners))
+
+    def local_addr(self, client_transport):
+        """Connect from the address the client reached: on 127.0.0.x the
+        kernel would pick 127.0.0.1, and the leader could not tell which
+        follower a connection came through."""
+        sock = client_transport.get_extra_info("sockname")
+        return (sock[0], 0) if sock else None
+
+    async def target(self, wait):
+        """The leader's host, waiting up to `wait` s for there to be one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while self.host is None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except asyncio.TimeoutError:
+                return None
+        return self.host
+
+    def retarget(self, host):
+        """The leader changed (None: there is none): pipes to the old one go."""
+        if host == self.host:
+            return
+        self.host = host
+        for side in list(self.pipes):
+            side.close()
+        self._changed.set()
+
+    async def close(self):
+        servers, self.servers = self.servers, []
+        for server in servers:
+            server.close()
+        for side in list(self.pipes):
+            side.close()
+        self._changed.set()
+        for server in servers:
+            await server.wait_closed()

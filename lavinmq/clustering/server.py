@@ -1,0 +1,209 @@
+"""The leader's replication port: followers connect, prove they know the
+cluster's secret, are brought in sync, then receive every flush's batch.
+
+A full sync runs twice. The first pass lists every replicated file with its
+checksum while the broker goes on; the follower asks for the files it lacks
+or has otherwise, and gets them. The second pass starts holding the flush
+batches for this follower, lists again (checksums are cached: only files
+that changed are hashed again) and sends what changed since the first;
+then the held batches follow and the stream goes on. Writes carry their
+offsets, so the overlap between the second listing and the held batches
+does no harm. Files are read and hashed in worker threads: the event loop
+only hands out work.
+"""
+import asyncio
+import hmac
+import logging
+import os
+import struct
+
+from lavinmq.clustering import files, protocol
+from lavinmq.clustering.replicator import FollowerLink
+
+log = logging.getLogger("lavinmq.clustering.server")
+
+HANDSHAKE_TIMEOUT = 5.0
+MAX_HANDSHAKES = 32             # connections not yet past the secret: more are closed at once
+SYNC_READ = 1024 * 1024
+MAX_REQUESTED = 10_000_000      # paths one sync may ask for (a bound on what a peer can make us hold)
+
+
+class ReplicationServer:
+    def __init__(self, replicator, secret, bind, port):
+        self.replicator = replicator
+        self.secret = secret
+        self.bind = bind
+        self.port = port
+        self.server = None
+        self.cache = files.ChecksumCache()
+        self.sync_lock = asyncio.Lock()     # one full sync at a time: hashing is the cost
+        self.tasks = set()
+        self.handshakes = 0
+
+    async def start(self):
+        from lavinmq.listener import ListenError
+        try:
+            self.server = await asyncio.start_server(self._client, self.bind, self.port, reuse_address=True)
+        except OSError as exc:
+            raise ListenError(f"clustering port {self.bind}:{self.port} (--clustering-port / [clustering] port): "
+                              f"{exc.strerror or exc}") from None
+        log.info("replication listening on %s:%d", self.bind, self.port)
+
+    def close(self):
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        for task in list(self.tasks):
+            task.cancel()
+
+    async def _client(self, reader, writer):
+        task = asyncio.current_task()
+        self.tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        link = None
+        if self.handshakes >= MAX_HANDSHAKES:
+            writer.close()
+            self.tasks.discard(task)
+            return
+        try:
+            self.handshakes += 1
+            try:
+                node_id, uri = await asyncio.wait_for(self._handshake(reader, writer), HANDSHAKE_TIMEOUT)
+            finally:
+                self.handshakes -= 1
+            link = FollowerLink(node_id, writer, peer)
+            link.uri = uri
+            self.replicator.add_link(link)
+            log.info("follower %x connected from %s", node_id, peer[0] if peer else "?")
+            acks = link.acks_task = asyncio.ensure_future(self._read_acks(reader, link))
+            try:
+                await self._full_sync(reader, link)
+                await acks
+            finally:
+                acks.cancel()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, protocol.ProtocolError) as exc:
+            if link is None:
+                log.info("replication connection from %s refused: %s", peer, exc or type(exc).__name__)
+            else:
+                self.replicator.remove_link(link, f"disconnected ({exc or type(exc).__name__})")
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("replication connection from %s failed", peer)
+        finally:
+            if link is not None:
+                self.replicator.remove_link(link)
+            writer.close()
+            self.tasks.discard(task)
+
+    async def _handshake(self, reader, writer):
+        magic = await reader.readexactly(len(protocol.MAGIC))
+        if magic != protocol.MAGIC:
+            writer.write(protocol.MAGIC)
+            raise protocol.ProtocolError("not a replication client")
+        n = (await reader.readexactly(1))[0]
+        secret = await reader.readexactly(n)
+        if not hmac.compare_digest(secret, self.secret):
+            writer.write(b"\x01")
+            await writer.drain()
+            raise protocol.ProtocolError("wrong secret")
+        writer.write(b"\x00")
+        node_id = struct.unpack("<i", await reader.readexactly(4))[0]
+        n = (await reader.readexactly(1))[0]
+        uri = (await reader.readexactly(n)).decode("utf-8", "replace")
+        if node_id == self.replicator.node_id:
+            raise protocol.ProtocolError("a follower with the leader's own node id")
+        return node_id, uri
+
+    # -- full sync -------------------------------------------------------------------------
+
+    async def _full_sync(self, reader, link):
+        async with self.sync_lock:
+            for pass_no in (1, 2):
+                if pass_no == 2:
+                    link.state = "buffering"        # batches from here on are held, then sent
+                await self._sync_pass(reader, link, pass_no)
+            link.start_streaming()
+        log.info("follower %x synced; streaming", link.node_id)
+
+    async def _sync_pass(self, reader, link, pass_no):
+        sizes = self.replicator.logical_sizes()
+        entries = await asyncio.to_thread(files.listing, self.replicator.data_dir, sizes, self.cache)
+        for f in protocol.list_frames(entries):
+            link.write(f)
+        link.write(protocol.frame(protocol.LIST_END, bytes((pass_no,))))
+        await link.writer.drain()
+        wanted = await self._requests(link)
+        listed = {rel: size for rel, size, _ in entries}
+        sent = 0
+        for rel in wanted:
+            if rel not in listed:
+                raise protocol.ProtocolError(f"requested {rel!r}, which was not listed")
+            sent += await self._send_file(link, rel, rel in sizes, listed[rel])
+        link.write(protocol.frame(protocol.SYNC_END, bytes((pass_no,))))
+        await link.writer.drain()
+        log.info("follower %x sync pass %d: %d files listed, %d sent (%d bytes)", link.node_id, pass_no,
+                 len(entries), len(wanted), sent)
+
+    async def _requests(self, link):
+        """The paths the follower asks for (its ack reader collects them)."""
+        link.requests = []
+        fut = link.requests_done = asyncio.get_running_loop().create_future()
+        await asyncio.wait([fut, link.acks_task], return_when=asyncio.FIRST_COMPLETED)
+        if fut.done():
+            return fut.result()
+        fut.cancel()
+        link.acks_task.result()         # raises what ended it
+        raise ConnectionError("the follower went away during a sync")
+
+    async def _send_file(self, link, rel, is_write_segment, listed_size):
+        """The file as it is now; a write segment up to its listed size (past
+        it may be a record half written). -> bytes sent."""
+        path = os.path.join(self.replicator.data_dir, rel)
+        try:
+            fd = await asyncio.to_thread(os.open, path, os.O_RDONLY)
+        except FileNotFoundError:
+            link.write(protocol.delete_frame(rel))       # gone since: the stream says so too
+            return 0
+        try:
+            size = listed_size if is_write_segment else os.fstat(fd).st_size
+            pos = 0
+            while True:
+                chunk = await asyncio.to_thread(os.pread, fd, min(SYNC_READ, size - pos), pos)
+                last = not chunk or pos + len(chunk) >= size
+                link.write(protocol.sync_file_frame(rel, pos, last, chunk))
+                pos += len(chunk)
+                await link.writer.drain()
+                if last:
+                    return pos
+        finally:
+            os.close(fd)
+
+    # -- what the follower sends -----------------------------------------------------------
+
+    async def _read_acks(self, reader, link):
+        while True:
+            head = await reader.readexactly(protocol.HEADER.size)
+            kind, length = protocol.HEADER.unpack(head)
+            if length > protocol.MAX_FRAME:
+                raise protocol.ProtocolError(f"frame of {length} bytes")
+            body = await reader.readexactly(length)
+            if kind == protocol.ACK:
+                if length != 8:
+                    raise protocol.ProtocolError("bad ack")
+                self.replicator.acked(link, protocol.U64.unpack(body)[0])
+            elif kind == protocol.REQUEST:
+                requests = getattr(link, "requests", None)
+                if requests is None:
+                    raise protocol.ProtocolError("request outside a sync")
+                requests.extend(protocol.parse_paths(body))
+                if len(requests) > MAX_REQUESTED:
+                    raise protocol.ProtocolError("too many requests")
+            elif kind == protocol.REQUEST_END:
+                fut = getattr(link, "requests_done", None)
+                if fut is None or fut.done():
+                    raise protocol.ProtocolError("request end outside a sync")
+                fut.set_result(link.requests)
+                link.requests = None
+            else:
+                raise protocol.ProtocolError(f"unexpected frame type {kind}")
