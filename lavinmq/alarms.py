@@ -3,6 +3,7 @@ vm_memory_high_watermark resident memory, publishers are blocked
 (connection.blocked) until the resource comes back."""
 import logging
 import os
+import time
 
 from lavinmq.process import resident_memory
 
@@ -34,6 +35,8 @@ class ResourceAlarms:
         self.memory_limit = int(config.vm_memory_high_watermark * total_memory())
         # resident_memory() is 0 where /proc is missing (a chroot): no alarm
         high = bool(self.memory_limit) and resident_memory() > self.memory_limit
+        if high and self.memory:
+            self._shed_unfinished()
         if high == self.memory:
             return
         self.memory = high
@@ -43,6 +46,21 @@ class ResourceAlarms:
         else:
             log.warning("memory alarm cleared: publishers unblocked")
         self._changed()
+
+    def _shed_unfinished(self):
+        """The memory alarm blocks every publisher: it must not be held by
+        bytes nobody finishes. Of the connections whose unfinished bodies
+        or transactions made no progress for ALARM_GRACE seconds, the one
+        holding most is closed (one a round, until the alarm clears)."""
+        from lavinmq.amqp.connection import ALARM_GRACE, STALL_BYTES
+        now = time.monotonic()
+        stalled = [c for c in self.server.connections if getattr(c, "phase", None) == 2
+                   and c.held_bytes >= STALL_BYTES and c.stalled_for(now) >= ALARM_GRACE]
+        if stalled:
+            worst = max(stalled, key=lambda c: c.held_bytes)
+            log.warning("memory alarm: closing %s, its unfinished message bodies and transactions (%d bytes) "
+                        "made no progress for %d s", worst.name, worst.held_bytes, ALARM_GRACE)
+            worst.close(320, "CONNECTION_FORCED - low on memory: unfinished messages made no progress")
 
     def check_disk(self):
         config = self.server.config

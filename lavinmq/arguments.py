@@ -13,6 +13,7 @@ cannot be read back (nested too deep, integers past int64, keys over 255
 bytes) must be refused *before* anything changes; otherwise the file holds a
 frame that used to cut short every definition after it at the next start.
 """
+import math
 import re
 
 from lavinmq._core.codec import decode_table_bytes, encode_table_bytes
@@ -20,7 +21,12 @@ from lavinmq.errors import PreconditionFailed
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
-MAX_AGE = re.compile(r"\A\d+[YMDhms]\Z")
+MAX_AGE = re.compile(r"\A(\d+)([YMDhms])\Z")
+AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y": 365 * 86400}
+# A max-age or an x-stream-offset interval becomes milliseconds in 64 bits:
+# "99999999999999999999Y" answered 541 (an overflow) and, as a policy, broke
+# every policy of the streams it matched. 10,000 years is past any use.
+MAX_AGE_SECONDS = 10_000 * 365 * 86400
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 # quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
 QUEUE_TYPES = ("classic", "quorum", "stream", "mqtt")   # mqtt: an MQTT session (lavinmq/mqtt)
@@ -62,8 +68,12 @@ class Arg:
             raise ValueError(f"{self.name} header not a string")
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.name} header must be one of {', '.join(self.choices)}, not '{value}'")
-        if self.kind == "age" and not MAX_AGE.match(value):
-            raise ValueError(f"{self.name} header format invalid (a number and one of Y M D h m s)")
+        if self.kind == "age":
+            m = MAX_AGE.match(value)
+            if not m:
+                raise ValueError(f"{self.name} header format invalid (a number and one of Y M D h m s)")
+            if int(m.group(1)) * AGE_UNIT_SECONDS[m.group(2)] > MAX_AGE_SECONDS:
+                raise ValueError(f"{self.name} header too large (at most 10000Y)")
         return value
 
 
@@ -217,6 +227,28 @@ def check_storable(arguments, class_id, method_id):
         decode_table_bytes(encode_table_bytes(arguments))
     except Exception as exc:
         _fail(f"invalid arguments: {(str(exc) or type(exc).__name__)[:200]}", class_id, method_id)
+    # RabbitMQ cannot even decode NaN or an infinity (it drops the
+    # connection); stored here they would reach every API listing
+    where = _non_finite(arguments)
+    if where is not None:
+        _fail(f"invalid arguments: {where[:200]} is NaN or infinite", class_id, method_id)
+
+
+def _non_finite(value, path=""):
+    """The path of the first NaN or infinite number in a field value, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{path}.{k}" if path else str(k))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 # -- redeclare equivalence, and the empty table ---------------------------------

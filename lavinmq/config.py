@@ -73,8 +73,11 @@ class Config:
     pidfile: str | None = None           # the broker's pid is written here while it runs
     load_definitions: str | None = None  # a definitions JSON file imported at start (LavinMQ's)
     max_consumers_per_channel: int = 0   # 0: no limit
+    max_policy_instructions: int = 20_000   # RE2 program size of a vhost's policies, in all (lavinmq.policy)
+    max_deduplication_cache_size: int = 1_000_000   # x-cache-size a queue or exchange may ask for
     # before login and over HTTP: nothing a client that never logs in does may exhaust the broker
     handshake_timeout: int = 10         # s from accept to connection.open-ok, else the socket is closed
+    unfinished_timeout: int = 30        # s an unfinished body or large transaction may make no progress
     http_read_timeout: int = 30         # s for an HTTP request (headers and body) to arrive
     max_connections: int = 0            # open sockets, all listeners; 0 = the fd limit less a reserve
     max_connections_per_address: int = 0   # from one source address; 0 = half of max_connections
@@ -208,7 +211,11 @@ OPTIONS = {
     "pidfile": Option("str", (("main", "pidfile"),), optional=True),
     "load_definitions": Option("str", (("main", "load_definitions"),), optional=True),
     "max_consumers_per_channel": Option("int", (("amqp", "max_consumers_per_channel"),), lo=0, hi=2 ** 31 - 1),
+    "max_policy_instructions": Option("int", (("main", "max_policy_instructions"),), lo=100, hi=2 ** 31 - 1),
+    "max_deduplication_cache_size": Option("int", (("main", "max_deduplication_cache_size"),), lo=1,
+                                           hi=2 ** 28),
     "handshake_timeout": Option("int", (("amqp", "handshake_timeout"),), lo=1, hi=3600),
+    "unfinished_timeout": Option("int", (("amqp", "unfinished_timeout"),), lo=1, hi=86400),
     "http_read_timeout": Option("int", (("mgmt", "read_timeout"),), lo=1, hi=3600),
     "max_connections": Option("int", (("main", "max_connections"),), lo=0, hi=2 ** 31 - 1),
     "max_connections_per_address": Option("int", (("main", "max_connections_per_address"),),

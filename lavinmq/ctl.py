@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import sys
 import urllib.parse
 
@@ -46,6 +47,23 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(self.timeout)
         self.sock.connect(self.unix_path)
+        # What the path looked like before (trusted_socket) proves nothing:
+        # it may be swapped (a symlink flipped in a writable directory)
+        # between that look and connect(). The kernel's word on the process
+        # that listens on the socket we are connected to is what counts.
+        uid = peer_uid(self.sock)
+        if uid not in trusted_uids():
+            self.sock.close()
+            self.sock = None
+            raise CtlError(f"refusing to send credentials to {self.unix_path}: the process listening there runs "
+                           f"as uid {uid}, not as root, {BROKER_USER} or you", EX_NOPERM)
+
+
+def peer_uid(sock):
+    """The user id of the process at the other end of a connected UNIX socket (SO_PEERCRED)."""
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+    return uid
 
 
 class Client:

@@ -10,9 +10,11 @@ exchange's own argument wins over the policy. Kept per vhost in
 policies.json and operator_policies.json, applied at once to what exists
 and to what is declared later.
 """
+import asyncio
+import contextlib
 import logging
 import os
-import re
+import threading
 
 import orjson
 
@@ -20,12 +22,27 @@ from lavinmq.arguments import EMPTY
 from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 from lavinmq.clustering import changes
 
-try:        # linear-time matching: a pattern from a policymaker must not stall the loop
-    import re2 as _regex
-except ImportError:     # pragma: no cover - google-re2 is a dependency
-    _regex = re
+from lavinmq.name_regex import NameRegex
 
 log = logging.getLogger("lavinmq.policy")
+
+# Every policy's pattern is searched in each queue or exchange name that is
+# declared, and a change is matched against every existing one: what a
+# policymaker sets is work for the event loop. RE2 matches in linear time,
+# but its cost per byte grows with the compiled program, so the programs of
+# a vhost's policies are bounded in all (per table: a policymaker cannot
+# use up the operator policies' share). ~20 instructions make an ordinary
+# pattern (`^orders\.` is 4); at the worst RE2 spends ~5 ns per instruction
+# and byte of name, so a 255-byte name costs at most ~28 ms to match here.
+DEFAULT_MAX_INSTRUCTIONS = 20_000
+REGEX_MAX_MEM = 1 << 20     # a pattern's program and DFA cache; RE2's default is 8 MiB each
+
+
+def compile_pattern(pattern):
+    try:
+        return NameRegex(pattern, REGEX_MAX_MEM)
+    except ValueError as exc:
+        raise ValueError(f"pattern: {exc}") from None
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 # keys where the smallest of argument, policy and operator policy applies
@@ -59,19 +76,20 @@ def _shorter(a, b):
 
 
 class Policy:
-    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re")
+    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions")
 
-    def __init__(self, name, pattern, apply_to, priority, definition):
+    def __init__(self, name, pattern, apply_to, priority, definition, regex=None):
         self.name, self.pattern, self.apply_to = name, pattern, apply_to
         self.priority, self.definition = priority, definition
-        self._re = _regex.compile(pattern)
+        self._re = regex if regex is not None else compile_pattern(pattern)
+        self.instructions = self._re.programsize
 
     def matches(self, name, kind):
         if self.apply_to == "exchanges" and kind != "exchange":
             return False
         if self.apply_to != "all" and self.apply_to != "exchanges" and kind != "queue":
             return False
-        return self._re.search(name) is not None
+        return self._re.search(name)
 
     def to_json(self):
         return {"pattern": self.pattern, "apply-to": self.apply_to, "priority": self.priority,
@@ -81,15 +99,20 @@ class Policy:
 def check_policy(body, operator=False):
     """A policy body from the API or a definitions file -> its stored form;
     raises ValueError naming what is wrong."""
+    return checked_policy(body, operator)[0]
+
+
+def checked_policy(body, operator=False, compiled=None):
+    """-> (stored form, its compiled pattern), as check_policy; compiled
+    (pattern -> NameRegex) may hold the pattern compiled already."""
     if not isinstance(body, dict):
         raise ValueError("a policy must be an object")
     pattern = body.get("pattern")
     if not isinstance(pattern, str):
         raise ValueError("pattern is required (a regular expression)")
-    try:
-        _regex.compile(pattern)
-    except Exception as exc:
-        raise ValueError(f"pattern: {exc}") from None
+    regex = compiled.get(pattern) if compiled else None
+    if regex is None:
+        regex = compile_pattern(pattern)
     apply_to = body.get("apply-to", "all")
     if apply_to not in APPLY_TO:
         raise ValueError(f"apply-to must be one of {', '.join(APPLY_TO)}")
@@ -105,7 +128,7 @@ def check_policy(body, operator=False):
             raise ValueError(f"not allowed in an operator policy: {', '.join(unknown)}")
         if apply_to == "exchanges":
             raise ValueError("operator policies apply to queues")
-    return {"pattern": pattern, "apply-to": apply_to, "priority": priority, "definition": definition}
+    return {"pattern": pattern, "apply-to": apply_to, "priority": priority, "definition": definition}, regex
 
 
 class PolicyStore:
@@ -113,8 +136,19 @@ class PolicyStore:
 
     def __init__(self, vhost):
         self.vhost = vhost
+        self.max_instructions = DEFAULT_MAX_INSTRUCTIONS     # per table; the server sets its setting
         self.policies = self._load("policies.json")
         self.operator = self._load("operator_policies.json")
+        self._order = {}            # operator -> the table's policies, the one that wins first
+        self._instructions = {False: sum(p.instructions for p in self.policies.values()),
+                              True: sum(p.instructions for p in self.operator.values())}
+        from lavinmq.policy_apply import PolicyApplier
+        self.applier = PolicyApplier(vhost)
+        self._unsaved = set()       # tables changed and not written yet
+        self._saving = None         # the task writing them
+        self._generation = 0
+        self._written = {}          # path -> generation of the snapshot on disk
+        self._write_lock = threading.Lock()
 
     # -- files ------------------------------------------------------------------
 
@@ -133,42 +167,132 @@ class PolicyStore:
             return out
         for name, body in data.items():
             try:
-                p = check_policy(body, operator=filename.startswith("operator"))
-                out[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
+                p, regex = checked_policy(body, operator=filename.startswith("operator"))
+                out[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"], regex)
             except ValueError as exc:
                 log.error("vhost %s: policy %r in %s ignored: %s", self.vhost.name, name, filename, exc)
         return out
 
-    def _save(self, filename, table):
-        data = orjson.dumps({n: p.to_json() for n, p in table.items()})
-        tmp = self._path(filename) + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(filename))
-        changes.changed(self._path(filename))
+    # A table is written (with an fsync) after each change. That fsync took
+    # 10-30 ms on a busy disk, on the event loop, at every PUT a
+    # policymaker made: it runs in a thread now, the newest snapshot last,
+    # and the API answers once it is done (applied()).
+
+    def _save_soon(self):
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:            # no loop (boot, a tool): at once
+            self._save_now()
+            return
+        if self._saving is None:
+            self._saving = loop.create_task(self._save_in_thread())
+
+    def _snapshot(self, operator):
+        table, filename = self._table(operator)
+        self._generation += 1
+        return self._path(filename), orjson.dumps({n: p.to_json() for n, p in table.items()}), self._generation
+
+    def _save_now(self):
+        for operator in sorted(self._unsaved):
+            path, data, generation = self._snapshot(operator)
+            self._write(path, data, generation)
+            changes.changed(path)
+        self._unsaved.clear()
+
+    async def _save_in_thread(self):
+        loop = asyncio.get_running_loop()
+        try:
+            while self._unsaved:
+                operators, self._unsaved = self._unsaved, set()
+                for operator in sorted(operators):
+                    path, data, generation = self._snapshot(operator)
+                    await loop.run_in_executor(None, self._write, path, data, generation)
+                    changes.changed(path)       # (replication: on the loop, not in the thread)
+        except OSError as exc:
+            log.error("vhost %s: writing its policies failed: %s", self.vhost.name, exc)
+            raise
+        finally:
+            self._saving = None
+
+    def _write(self, path, data, generation):
+        """In a thread or not: the newest snapshot of a file is the one that stays."""
+        with self._write_lock:
+            if generation <= self._written.get(path, 0):
+                return
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            self._written[path] = generation
+
+    def close(self):
+        """The vhost closes: nothing more is applied; what is not written yet is, now."""
+        self.applier.stop()
+        if self._unsaved:
+            self._save_now()
 
     # -- changes ----------------------------------------------------------------
 
-    def set(self, name, body, operator=False):
-        """-> True if it replaced one. Applies at once."""
-        p = check_policy(body, operator)
+    def set(self, name, body, operator=False, regex=None):
+        """-> True if it replaced one. Applies at once: to what it can
+        change, in slices (lavinmq.policy_apply); `await applied()` waits.
+        With regex (from checked_policy), body is already checked."""
+        if regex is None:
+            p, regex = checked_policy(body, operator)
+        else:
+            p = body
         table, filename = self._table(operator)
-        existed = name in table
-        table[name] = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"])
-        self._save(filename, table)
-        self.apply_all()
-        return existed
+        new = Policy(name, p["pattern"], p["apply-to"], p["priority"], p["definition"], regex)
+        old = table.get(name)
+        total = self.instructions(operator) - (old.instructions if old else 0) + new.instructions
+        if total > self.max_instructions and new.instructions > (old.instructions if old else 0):
+            raise ValueError(f"the {'operator ' if operator else ''}policies of vhost '{self.vhost.name}' would "
+                             f"compile to {total} RE2 instructions, more than the {self.max_instructions} "
+                             f"allowed (max_policy_instructions): fewer or simpler patterns")
+        table[name] = new
+        self._instructions[operator] = total
+        self._changed(operator, filename, table, name)
+        return old is not None
 
     def delete(self, name, operator=False):
-        """-> False if there was none. Un-applies at once."""
+        """-> False if there was none. Un-applies at once, as set()."""
         table, filename = self._table(operator)
-        if table.pop(name, None) is None:
+        old = table.pop(name, None)
+        if old is None:
             return False
-        self._save(filename, table)
-        self.apply_all()
+        self._instructions[operator] -= old.instructions
+        self._changed(operator, filename, table, name)
         return True
+
+    def _changed(self, operator, filename, table, name):
+        self._order.pop(operator, None)
+        self._unsaved.add(operator)
+        if _batch is not None:
+            _batch.add(self)
+            self.applier.note(operator, name)
+        else:
+            self._save_soon()
+            self.applier.changed(operator, name)
+
+    def flush_batch(self):
+        self._save_soon()
+        self.applier.run()
+
+    def instructions(self, operator):
+        return self._instructions[operator]
+
+    def instructions_of(self, operator, name):
+        p = (self.operator if operator else self.policies).get(name)
+        return 0 if p is None else p.instructions
+
+    async def applied(self):
+        """Once every change so far has reached every queue and exchange,
+        and the disk."""
+        await self.applier.settled()
+        while self._saving is not None:
+            await asyncio.shield(self._saving)
 
     def _table(self, operator):
         if operator:
@@ -185,21 +309,27 @@ class PolicyStore:
 
     # -- matching ---------------------------------------------------------------
 
-    @staticmethod
-    def _best(table, name, kind):
-        best = None
-        for p in table.values():
-            if p.matches(name, kind) and (best is None or p.priority > best.priority
-                                          or (p.priority == best.priority and p.name < best.name)):
-                best = p
-        return best
+    def ordered(self, operator):
+        """The table's policies in the order they win: highest priority
+        first, then by name (RabbitMQ's tie-break)."""
+        order = self._order.get(operator)
+        if order is None:
+            table = self.operator if operator else self.policies
+            order = self._order[operator] = sorted(table.values(), key=lambda p: (-p.priority, p.name))
+        return order
+
+    def best(self, operator, name, kind):
+        for p in self.ordered(operator):
+            if p.matches(name, kind):
+                return p
+        return None
 
     def effective(self, name, kind, arguments):
         """-> (policy, operator policy, effective definition, settings) for a
         queue or exchange: settings maps policy keys to what applies, with
         the object's own arguments taken into account."""
-        policy = self._best(self.policies, name, kind)
-        op = self._best(self.operator, name, kind) if kind == "queue" else None
+        policy = self.best(False, name, kind)
+        op = self.best(True, name, kind) if kind == "queue" else None
         arg_keys = QUEUE_ARG_KEYS if kind == "queue" else EXCHANGE_ARG_KEYS
         settings = {}
         for arg, key in arg_keys.items():
@@ -249,7 +379,8 @@ class PolicyStore:
             federation.policy_applied(obj, kind)
 
     def apply_all(self):
-        """Policies changed: every queue and exchange gets what applies now."""
+        """Every queue and exchange gets what applies now (at boot; a
+        change is applied where it can matter, by lavinmq.policy_apply)."""
         for q in list(self.vhost.queues.values()):
             try:
                 self.apply_to_queue(q)
@@ -257,3 +388,29 @@ class PolicyStore:
                 log.exception("vhost %s: applying policies to queue %s failed", self.vhost.name, q.name)
         for ex in self.vhost.exchanges.values():
             self.apply_to_exchange(ex)
+
+
+_batch = None       # the stores changed inside batch(), or None outside one
+
+
+@contextlib.contextmanager
+def batch():
+    """Many changes (a definitions import): each table is written once at
+    the end instead of once per policy. Applying starts at each change and
+    runs in slices either way."""
+    global _batch
+    if _batch is not None:
+        yield
+        return
+    _batch = set()
+    try:
+        yield
+    finally:
+        stores, _batch = _batch, None
+        for store in stores:
+            store.flush_batch()
+
+
+async def all_applied(vhosts):
+    for v in list(vhosts):
+        await v.policies.applied()

@@ -6,9 +6,11 @@ certificates verified against tls_ca_cert.
 SIGHUP builds a new context from the files and settings and gives it to
 the TLS listeners: new connections get the new certificate, open ones keep
 theirs; a context that does not build leaves the running one in place."""
+import contextlib
 import logging
 import os
 import ssl
+import stat
 
 from lavinmq.errors import ConfigError
 
@@ -43,10 +45,11 @@ def configure(ctx, config):
             ctx.set_ciphers(config.tls_ciphers)
         except ssl.SSLError:
             raise ConfigError(f"tls_ciphers: no cipher matches {config.tls_ciphers!r}") from None
+    cert = read_regular_file(config.tls_cert, "tls_cert")
+    key = read_regular_file(config.tls_key, "tls_key") if config.tls_key else None
     try:
-        ctx.load_cert_chain(config.tls_cert, config.tls_key or None)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"tls_cert/tls_key: {exc.filename}: not found") from None
+        with _in_memory(cert) as cert_path, _in_memory(key) as key_path:
+            ctx.load_cert_chain(cert_path, key_path)
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(f"tls_cert {config.tls_cert} / tls_key {config.tls_key or '(in tls_cert)'}: "
                           f"cannot load: {exc}") from None
@@ -56,14 +59,74 @@ def configure(ctx, config):
             if ca and os.path.isdir(ca):
                 ctx.load_verify_locations(capath=ca)
             elif ca:
-                ctx.load_verify_locations(cafile=ca)
+                data = read_regular_file(ca, "tls_ca_cert")
+                ctx.load_verify_locations(cadata=data.decode("ascii") if b"-----BEGIN" in data else data)
             else:
                 ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-        except (ssl.SSLError, OSError) as exc:
+        except (ssl.SSLError, OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"tls_ca_cert {ca}: cannot load: {exc}") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     else:
         ctx.verify_mode = ssl.CERT_NONE
+
+
+MAX_TLS_FILE = 1 << 20      # bytes: certificate chains and keys are a few kB
+
+
+def read_regular_file(path, setting):
+    """The bytes of a certificate or key file, read without blocking: at
+    SIGHUP a FIFO at the certificate's path hung the event loop in open().
+    Opened non-blocking and checked on the open descriptor (no window for a
+    swap between a look and the read): only a regular file of at most
+    MAX_TLS_FILE bytes is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ConfigError(f"{setting} {path}: not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{setting} {path}: cannot open: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{setting} {path}: not a regular file")
+        if st.st_size > MAX_TLS_FILE:
+            raise ConfigError(f"{setting} {path}: {st.st_size} bytes, more than a certificate or key takes")
+        chunks, size = [], 0
+        while size <= MAX_TLS_FILE:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_TLS_FILE:
+            raise ConfigError(f"{setting} {path}: more than a certificate or key takes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{setting} {path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _in_memory(data):
+    """A path OpenSSL can load `data` from (it only loads chains and keys
+    from files): an anonymous memory file of this process. None for None."""
+    if data is None:
+        yield None
+        return
+    if os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("lavinmq-tls", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    import tempfile       # no /proc (a chroot): a file only we can read, gone after the load
+    with tempfile.NamedTemporaryFile(prefix="lavinmq-tls-") as f:
+        f.write(data)
+        f.flush()
+        yield f.name
 
 
 def peer_certificate_subject(transport):

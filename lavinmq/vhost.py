@@ -17,7 +17,7 @@ from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, Resource
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
 from lavinmq.queue import Queue, queue_class
-from lavinmq.queue.classic import log_name
+from lavinmq.queue.classic import DEFAULT_MAX_DEDUP_CACHE_SIZE, check_dedup_size, log_name, make_deduper
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import stream
 
@@ -54,6 +54,7 @@ class VHost:
     def __init__(self, name, data_dir, segment_size=8 * 1024 * 1024, syncer=None, consumer_timeout=None):
         self.name = name
         self.consumer_timeout = consumer_timeout    # ms, the broker's default for every queue
+        self.max_dedup_cache_size = DEFAULT_MAX_DEDUP_CACHE_SIZE     # the server sets its setting
         self.syncer = syncer        # lavinmq.sync.Syncer when confirms wait for the disk
         self.dir = entity_dir(data_dir, name)
         self.transient_dir = os.path.join(self.dir, "transient")
@@ -115,10 +116,10 @@ class VHost:
         check_name("exchange", name, 40, 10)
         if persist:     # replay takes back what an older version accepted
             argspec.validate_exchange(arguments)
+            check_dedup_size(arguments, self.max_dedup_cache_size, 40, 10)
         ex = exchange_class(type_name)(self, name, durable, auto_delete, internal, arguments)
         if (arguments or {}).get("x-message-deduplication") is True:
-            from lavinmq.queue.classic import make_deduper
-            ex.dedup = make_deduper(arguments)
+            ex.dedup = make_deduper(arguments, self.max_dedup_cache_size)
         # on disk before it is live: a declare-ok never outruns its definition
         if durable and persist:
             self.definitions.append(defs.EXCHANGE_DECLARE, (0, name, type_name, False, True, auto_delete,
@@ -222,6 +223,7 @@ class VHost:
         check_name("queue", name, 50, 10)
         if persist:     # replay takes back what an older version accepted
             argspec.validate_queue(arguments)
+            check_dedup_size(arguments, self.max_dedup_cache_size, 50, 10)
         limit = self.limits.get("max-queues")
         if limit is not None and len(self.queues) >= limit:
             raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
@@ -389,6 +391,7 @@ class VHost:
                 ex.persist.store.unmap_idle()       # also x-persist-ms retention while idle
 
     def close(self):
+        self.policies.close()
         for q in self.queues.values():
             q.stop()
             q.store.close()

@@ -30,8 +30,11 @@ class VHostStore(dict):
         self.save()
 
     def _new(self, name):
-        return VHost(name, self.config.data_dir, self.config.segment_size, self.syncer,
-                     consumer_timeout=getattr(self.config, "consumer_timeout", None))
+        vhost = VHost(name, self.config.data_dir, self.config.segment_size, self.syncer,
+                      consumer_timeout=getattr(self.config, "consumer_timeout", None))
+        vhost.policies.max_instructions = self.config.max_policy_instructions
+        vhost.max_dedup_cache_size = self.config.max_deduplication_cache_size
+        return vhost
 
     def add(self, name):
         if name not in self:

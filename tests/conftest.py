@@ -39,9 +39,10 @@ def unique(prefix="t"):
 class BrokerProcess:
     external = False
 
-    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None, command=None, mqtt=False):
+    def __init__(self, data_dir, port=None, extra_args=(), tls=False, preexec_fn=None, command=None, mqtt=False, cwd=ROOT):
         self.host = "127.0.0.1"
         self.command = list(command or [sys.executable, "-m", "lavinmq"])   # or a frozen binary
+        self.cwd = cwd          # `-m lavinmq` runs the tree it is started in
         self.port = port or free_port()
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
@@ -67,7 +68,7 @@ class BrokerProcess:
              "--metrics-http-port", "0", "--amqps-port", str(self.amqps_port),
              "--https-port", str(self.https_port), "--mqtt-port", str(self.mqtt_port),
              "--mqtts-port", str(self.mqtts_port), "-l", "info", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=self.preexec_fn)
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

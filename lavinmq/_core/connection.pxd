@@ -35,9 +35,12 @@ cdef class CoreConnection:
         public double last_send
         public uint64_t recv_frames
         public bint paused_reading
+        readonly bint framing_lost              # a frame error: input is discarded from then on
 
     cdef int process(self) except -1
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1
     cdef int handle_method(self, uint16_t ch, const char *p, uint32_t size) except -1
     cdef Channel channel_for_content(self, uint16_t ch)
     cdef Channel lookup(self, uint16_t ch)
+    cdef void consume(self, Py_ssize_t pos) noexcept
+    cdef int lose_framing(self) except -1

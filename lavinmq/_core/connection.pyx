@@ -145,8 +145,10 @@ cdef class CoreConnection:
         cdef uint32_t size
         cdef uint32_t max_payload
         self.state.now_ms = now_ms()
-        if self.phase == PH_CLOSED:
-            self.rlen = 0           # after close-ok: read and discard until the client hangs up
+        if self.phase == PH_CLOSED or self.framing_lost:
+            # after close-ok, or once a frame's bounds could not be trusted:
+            # read and discard until the client hangs up (or the close timer)
+            self.rlen = 0
             return 0
         if self.phase == PH_HEADER:
             if self.rlen < 8:
@@ -171,11 +173,13 @@ cdef class CoreConnection:
             # 8 bytes of slack, as RabbitMQ does
             max_payload = self.frame_max if self.frame_max >= 4096 else 4096
             if size > max_payload:
+                self.lose_framing()
                 raise FrameError(f"frame payload of {size} bytes is larger than the negotiated "
                                  f"frame_max {self.frame_max} allows ({self.frame_max - 8} bytes)")
             if self.rlen - pos < <Py_ssize_t>size + 8:
                 break
             if <uint8_t>p[7 + size] != 0xCE:
+                self.lose_framing()
                 raise FrameError("frame-end octet missing")
             pos += size + 8
             self.recv_frames += 1
@@ -183,12 +187,35 @@ cdef class CoreConnection:
                 self.handle_frame(ftype, ch, p + 7, size)
             except AMQPError as exc:
                 if exc.hard or ch == 0:
+                    # the frames handled so far are consumed: left in the
+                    # buffer, each later read would handle them (and fail) again
+                    self.consume(pos)
                     raise
                 self.channel_error(ch, exc)
+            except BaseException:
+                self.consume(pos)
+                raise
         if pos:
-            self.rlen -= pos
-            if self.rlen:
-                memmove(self.rbuf, self.rbuf + pos, self.rlen)
+            self.consume(pos)
+        return 0
+
+    cdef void consume(self, Py_ssize_t pos) noexcept:
+        self.rlen -= pos
+        if self.rlen:
+            memmove(self.rbuf, self.rbuf + pos, self.rlen)
+
+    cdef int lose_framing(self) except -1:
+        """A frame header we cannot trust (too large, or no frame-end where
+        its size says): nothing after it can be parsed, and a header that
+        stayed in the buffer would make every read fail on it again and the
+        buffer grow. Everything from here on is discarded; the close-ok the
+        client may send is lost with it and the close timer ends the socket."""
+        self.framing_lost = True
+        self.rlen = 0
+        # and stop reading: the kernel's buffers fill and the sender's
+        # writes block, instead of both sides spending CPU on bytes that are
+        # thrown away until the close timer (the socket is reset then)
+        self.block_reading()
         return 0
 
     cdef int handle_frame(self, uint8_t ftype, uint16_t ch, const char *p, uint32_t size) except -1:

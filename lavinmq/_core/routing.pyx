@@ -9,7 +9,7 @@ import decimal
 import os
 
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int16_t, int32_t, int64_t, uintptr_t
-from libc.stdlib cimport calloc, malloc, realloc, free
+from libc.stdlib cimport calloc, malloc, realloc, free, qsort
 from libc.string cimport memcmp, memcpy, memset, memchr
 from cpython.object cimport PyObject
 

@@ -12,7 +12,7 @@ from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.auth.users import is_loopback_address
-from lavinmq.listener import RateLimitedLog
+from lavinmq.listener import LOGGING_IN, TALKING, RateLimitedLog
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
@@ -40,6 +40,15 @@ CLOSE_TIMEOUT = 3.0   # seconds to wait for close-ok before dropping the socket
 # receive buffer sends a reset, which a client that calls Close() from two
 # threads at once sees as an error.
 LINGER_AFTER_CLOSE_OK = 1.0
+# Unfinished message bodies (any) and open transactions (holding at least
+# STALL_BYTES) must make progress: their bytes are held in memory, and a
+# tenant that stops half way held them (and the memory alarm, which blocks
+# every vhost's publishers) for minutes. No progress for [amqp]
+# unfinished_timeout seconds while we read the socket closes the
+# connection; under the memory alarm ALARM_GRACE seconds do, the connection
+# holding most first (lavinmq.server.check_memory).
+ALARM_GRACE = 3.0
+STALL_BYTES = 1 << 20
 
 
 class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
@@ -64,6 +73,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase_opened = False
         self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
         self.tls = False
+        self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
+        self._stall = None          # (progress marker, since) of unfinished content
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -77,12 +88,17 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.accepted = time.monotonic()    # handshake_timeout counts from here
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+        if self.ticket is not None:
+            self.ticket.close = transport.abort     # the guard may need the slot before login
         self.server.connections.add(self)
         churn.count("connection_created")
         log.debug("connection from %s", self.name)
 
     def connection_lost(self, exc):
         churn.count("connection_closed")
+        if self.login_pending is not None:
+            self.login_pending.cancel()
+            self.login_pending = None
         self.phase = 4
         self.state.closed = True
         self.server.connections.discard(self)
@@ -132,6 +148,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
     # -- handshake ------------------------------------------------------------------
 
     def on_protocol_header(self):
+        if self.ticket is not None:
+            self.ticket.progress(TALKING)
         props = {
             "product": "LavinMQ",
             "version": lavinmq.__version__,
@@ -216,8 +234,10 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         raise CommandInvalid(f"unexpected method {key[0]}/{key[1]} during handshake", *key)
 
     def _start_ok(self, client_properties, mechanism, response, locale):
-        if self.user is not None:
+        if self.user is not None or self.login_pending is not None:
             raise CommandInvalid("connection.start-ok sent twice", 10, 11)
+        if self.ticket is not None:
+            self.ticket.progress(LOGGING_IN)
         self.client_properties = client_properties or {}
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -236,21 +256,40 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             raise AccessRefusedHard(f"unsupported authentication mechanism {mechanism}", 10, 11)
         throttle = getattr(self.server, "login_throttle", None)
         address = self.peer[0] if isinstance(self.peer[0], str) else ""
-        if throttle is not None and throttle.blocked_for(address):
-            # backing off: refused without looking at the password
+        key = throttle.key(address, username, self.server.users.get(username) is not None) \
+            if throttle is not None and username is not None else None
+        delay = throttle.delay_for(*key) if key is not None else 0.0
+        if not delay:
+            return self._login(mechanism, username, password, address, key)
+        # backing off: the answer (whatever the password) comes late, so a
+        # guesser learns slowly and a user who knows the password still gets in
+        self.block_reading()
+        self.login_pending = asyncio.get_running_loop().call_later(
+            delay, self._late_login, mechanism, username, password, address, key)
+
+    def _late_login(self, mechanism, username, password, address, key):
+        self.login_pending = None
+        if self.phase != 1 or self.transport is None:
+            return
+        try:
+            self._login(mechanism, username, password, address, key)
+        except AMQPError as exc:
+            self.connection_error(exc)
+        self.flush()
+        if self.phase == 1:
+            self.paused_reading = False
+            self.transport.resume_reading()
+
+    def _login(self, mechanism, username, password, address, key):
+        user = self.server.users.authenticate(username, password) if username is not None else None
+        if user is not None and user.loopback_only and not is_loopback_address(address):
+            _login_log("user %s may only connect from loopback, refused from %s", username, address)
             user = None
-            _login_log("login refused for user %r from %s: too many failed logins, backing off", username,
-                       address)
-        else:
-            user = self.server.users.authenticate(username, password) if username is not None else None
-            if user is not None and user.loopback_only and not is_loopback_address(address):
-                _login_log("user %s may only connect from loopback, refused from %s", username, address)
-                user = None
-            elif user is None:
-                _login_log("login refused for user %r from %s", username, self.name)
-            if throttle is not None:
-                throttle.succeeded(address) if user is not None else throttle.failed(address)
+        elif user is None:
+            _login_log("login refused for user %r from %s", username, self.name)
         if user is None:
+            if key is not None:
+                self.server.login_throttle.failed(*key)
             raise AccessRefusedHard(
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)
@@ -289,6 +328,8 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         vhost.connections.add(self)
         self.phase = 2
         self.phase_opened = True
+        if self.ticket is not None:
+            self.ticket.login()
         self.send_method(0, 10, 41, ("",))
         reason = self.server.alarm_reason
         self.state.blocked = reason is not None
@@ -340,7 +381,9 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             exc = InternalError(str(exc))
         elif isinstance(exc, InternalError):
             log.error("internal error on %s: %s", self.name, exc, exc_info=exc)
-        else:
+        elif self.phase not in (3, 4):
+            # once closing, what still arrives is not worth a line each (a
+            # client streaming after its error would write one per read)
             log.info("closing %s: %d %s", self.name, exc.reply_code, exc.reply_text)
         if self.phase in (3, 4):
             return
@@ -351,6 +394,11 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.phase = 3
         self._cleanup()
         self.flush()
+        if self.framing_lost and self.transport is not None and self.transport.can_write_eof():
+            # reading stopped (a close-ok could not be told from the rest):
+            # the client gets the close and then the end of the stream at
+            # once, rather than waiting for the close timer's reset
+            self.transport.write_eof()
         loop = asyncio.get_running_loop()
         loop.call_later(CLOSE_TIMEOUT, self._close_transport)
 
@@ -405,6 +453,27 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
                     60, 80))
                 self.flush()
 
+    # -- unfinished content (driven by the server's housekeeping timer) -------------
+
+    @property
+    def held_bytes(self):
+        """Declared bytes of the bodies being received, and bytes of open transactions."""
+        return self.state.assembling + self.state.tx_held
+
+    def stalled_for(self, now):
+        """Seconds the connection's unfinished content (bodies, transactions
+        of STALL_BYTES or more) has not moved; 0 when it has none."""
+        st = self.state
+        if not st.assembling and st.tx_held < STALL_BYTES:
+            self._stall = None
+            return 0.0
+        left = sum(ch.content_left() for ch in self.open_channels()) if st.assembling else 0
+        marker = (st.publishes, left, st.tx_held)
+        if self._stall is None or self._stall[0] != marker:
+            self._stall = (marker, now)
+            return 0.0
+        return now - self._stall[1]
+
     # -- heartbeats (driven by the server's housekeeping timer) ----------------------
 
     def check_heartbeat(self, now):
@@ -416,7 +485,16 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
             if self.transport is not None:
                 self.transport.abort()
             return
-        if self.phase != 2 or not self.heartbeat_interval:
+        if self.phase != 2:
+            return
+        timeout = self.config.unfinished_timeout
+        if self.stalled_for(now) > timeout and not self.state.blocked:
+            log.warning("%s: unfinished message bodies or transactions (%d bytes) made no progress for %d s, "
+                        "closing", self.name, self.held_bytes, timeout)
+            self.close(320, f"CONNECTION_FORCED - unfinished message bodies or transactions made no progress "
+                            f"for {timeout} s")
+            return
+        if not self.heartbeat_interval:
             return
         if now - self.last_recv > 2 * self.heartbeat_interval:
             log.warning("%s missed heartbeats, closing", self.name)

@@ -57,6 +57,7 @@ class Node:
         self.role = "starting"
         self.secret = None
         self.client = None          # follower.ReplicationClient toward the leader
+        self.client_stops = []      # stops of earlier clients under way (threads that end)
         self.proxies = None         # proxy.Proxies while following
         self.leader_uri = None      # as the leader key says
         self.leader_kv = None
@@ -266,9 +267,17 @@ class Node:
         self.loop.call_soon_threadsafe(self.wake.set)
 
     async def _stop_following(self):
+        """Stop the replication client and wait for its threads. A stop, once
+        begun, is also waited for by the next call if this one is cancelled
+        meanwhile (the follow task is cancelled on the way out): no replication
+        thread may outlive the node, or its flush meets an interpreter that is
+        shutting down."""
         client, self.client = self.client, None
         if client is not None:
-            await asyncio.to_thread(client.stop)
+            self.client_stops.append(asyncio.ensure_future(asyncio.to_thread(client.stop)))
+        if self.client_stops:
+            await asyncio.shield(asyncio.gather(*self.client_stops, return_exceptions=True))
+            self.client_stops = [f for f in self.client_stops if not f.done()]
 
     # -- campaigning --------------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ import asyncio
 
 from aiohttp import web
 
+from lavinmq.http import name_filter, sliced
+
 # tags -> what they may do, as RabbitMQ's management plugin
 ADMIN = {"administrator"}
 MONITORING = {"administrator", "monitoring"}
@@ -26,7 +28,6 @@ class HTTPError(Exception):
 
 _MISSING = object()
 KIND_NAMES = {bool: "a boolean", str: "a string", dict: "an object", int: "an integer", list: "a list"}
-MAX_FILTER_REGEX = 1024       # characters
 
 
 def not_found():
@@ -80,18 +81,55 @@ def typed(body, key, kind, default=_MISSING):
     raise HTTPError(400, f"{key} must be {KIND_NAMES[kind]}, not {type(value).__name__}")
 
 
-def listing(request, items):
+def listing(request, items, shape=None):
     """RabbitMQ's list parameters: name/use_regex filter, sort/sort_reverse,
-    columns, page/page_size (which wraps the answer in a page object)."""
+    columns, page/page_size (which wraps the answer in a page object).
+    With `shape`, items are objects it makes the JSON of: shaped, filtered
+    and sent a slice of the event loop at a time (lavinmq.http.sliced), as
+    a list of every queue must be."""
     q = request.query
     everything = len(items)
+    page = _page_params(q)
     name = q.get("name")
+    select = None
     if name:
         if q.get("use_regex") == "true":
             rx = linear_regex(name)
-            items = [i for i in items if rx.search(str(i.get("name", "")))]
-        else:
+
+            async def select(kept):         # noqa: F811 (RE2, in slices)
+                return await name_filter.select(kept, rx, _item_name)
+        elif shape is None:
             items = [i for i in items if name in str(i.get("name", ""))]
+        else:
+            async def select(kept):         # noqa: F811
+                return [i for i in kept if name in str(i.get("name", ""))]
+    if shape is None and select is None:
+        return web.json_response(_listed(q, items, everything, page))
+    if select is None and page is None and not q.get("sort") and not q.get("columns"):
+        return sliced.SlicedListing(items, shape, None, None)     # every item as it is: streamed
+    return sliced.SlicedListing(items, shape, select, lambda kept: _listed(q, kept, everything, page))
+
+
+def _item_name(item):
+    return str(item.get("name", ""))
+
+
+def _page_params(q):
+    """(page, page_size) when a page is asked for, else None."""
+    if "page" not in q:
+        return None
+    try:
+        page = int(q["page"])
+        size = int(q.get("page_size", 100))
+    except ValueError:
+        raise HTTPError(400, "page and page_size must be integers")
+    if page < 1 or not 1 <= size <= 500:
+        raise HTTPError(400, "page must be >= 1 and page_size between 1 and 500")
+    return page, size
+
+
+def _listed(q, items, everything, page):
+    """The answer (a JSON value) from the filtered items."""
     sort = q.get("sort")
     if sort:
         def key(item):
@@ -104,37 +142,25 @@ def listing(request, items):
     if columns:
         cols = [c.split(".") for c in columns.split(",")]
         items = [pick(i, cols) for i in items]
-    if "page" in q:
-        try:
-            page = int(q["page"])
-            size = int(q.get("page_size", 100))
-        except ValueError:
-            raise HTTPError(400, "page and page_size must be integers")
-        if page < 1 or not 1 <= size <= 500:
-            raise HTTPError(400, "page must be >= 1 and page_size between 1 and 500")
+    if page is not None:
+        page, size = page
         total = len(items)
         chunk = items[(page - 1) * size: page * size]
-        return web.json_response({"filtered_count": total, "item_count": len(chunk), "items": chunk,
-                                  "page": page, "page_count": max(1, -(-total // size)),
-                                  "page_size": size, "total_count": everything})
-    return web.json_response(items)
+        return {"filtered_count": total, "item_count": len(chunk), "items": chunk,
+                "page": page, "page_count": max(1, -(-total // size)),
+                "page_size": size, "total_count": everything}
+    return items
 
 
 def linear_regex(pattern):
-    """A client's regex, matched in linear time (RE2: no backtracking, so no
-    pattern can stall the event loop; backreferences and lookarounds are
-    refused with a 400)."""
-    import re2
-    if len(pattern) > MAX_FILTER_REGEX:
-        raise HTTPError(400, f"regex longer than {MAX_FILTER_REGEX} characters")
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = 8 << 20
+    """A client's regex, matched in linear time (RE2: no backtracking;
+    backreferences and lookarounds, and patterns that compile to a large
+    program, are refused with a 400). lavinmq.http.name_filter bounds the
+    matching itself."""
     try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise HTTPError(400, f"bad regex: {reason}")
+        return name_filter.compile_pattern(pattern)
+    except name_filter.FilterRefused as exc:
+        raise HTTPError(400, str(exc))
 
 
 def pick(item, cols):

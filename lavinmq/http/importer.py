@@ -6,6 +6,10 @@ still fails while applying (a queue argument the vhost refuses, say) undoes
 what the import had done, so a bad file changes nothing. users.json is
 written once per import, not once per user (2,000 users used to hold the
 event loop for 12 s with an fsync each)."""
+import asyncio
+import time
+
+from lavinmq import long_work, policy
 from lavinmq.auth.password import algorithm_name, check_hash
 from lavinmq.auth.users import Permissions
 from lavinmq.errors import AMQPError
@@ -15,6 +19,8 @@ from lavinmq.http.helpers import HTTPError
 KNOWN_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512",
                     "rabbit_password_hashing_md5", "sha256", "sha512", "md5", "SHA256", "SHA512", "MD5")
 
+
+SLICE = 0.002       # seconds of compiling policy patterns between turns of the loop
 
 def _items(body, key):
     items = body.get(key, [])
@@ -39,9 +45,8 @@ def _tags(u):
     return tags
 
 
-def _check(server, body, only):
+def _check(server, body, only, compiled=None):
     """Everything that can be known before applying; HTTPError(400) naming it."""
-    from lavinmq.policy import check_policy
     users, vhosts, perms = (_items(body, k) for k in ("users", "vhosts", "permissions"))
     policies, exchanges, queues, bindings = (_items(body, k) for k in ("policies", "exchanges", "queues",
                                                                         "bindings"))
@@ -83,13 +88,16 @@ def _check(server, body, only):
         return name
 
     checked = []
+    budget = _PolicyBudget(server)
     for p, operator in [(p, False) for p in policies] + [(p, True) for p in _items(body, "operator_policies")]:
         _str(p, "name", "a policy")
-        vhost_name(p, f"policy '{p['name']}'")
+        vhost = vhost_name(p, f"policy '{p['name']}'")
         try:
-            checked.append((p, check_policy(p, operator), operator))
+            clean, regex = policy.checked_policy(p, operator, compiled)
         except ValueError as exc:
             raise HTTPError(400, f"bad definitions: policy '{p['name']}': {exc}")
+        budget.add(vhost, p["name"], regex, operator)
+        checked.append((p, clean, regex, operator))
     for x in exchanges:
         _str(x, "name", "an exchange")
         vhost_name(x, f"exchange '{x['name']}'")
@@ -133,25 +141,70 @@ def _check_parameters(body, vhost_name):
     return out
 
 
-def import_definitions(server, body, only=None):
-    users, vhosts, perms, policies, exchanges, queues, bindings, params = _check(server, body, only)
+class _PolicyBudget:
+    """Policies past a vhost's max_policy_instructions are refused before
+    anything is applied, and as soon as the import passes it (20,000
+    policies would otherwise all be compiled first)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.totals = {}        # (vhost, operator) -> instructions after the import
+
+    def add(self, vhost, name, regex, operator):
+        store = self.server.vhosts[vhost].policies if vhost in self.server.vhosts else None
+        key = (vhost, operator)
+        if key not in self.totals:
+            self.totals[key] = store.instructions(operator) if store is not None else 0
+        self.totals[key] += regex.programsize - (store.instructions_of(operator, name) if store is not None else 0)
+        limit = store.max_instructions if store is not None else self.server.config.max_policy_instructions
+        if self.totals[key] > limit:
+            raise HTTPError(400, f"bad definitions: the {'operator ' if operator else ''}policies of vhost "
+                                 f"'{vhost}' would compile to more than {limit} RE2 instructions "
+                                 f"(max_policy_instructions)")
+
+
+async def import_definitions_async(server, body, only=None):
+    """import_definitions for the API: the policies' patterns (the costly
+    part of checking 20,000 of them, ~1 s) are compiled first, a slice of
+    the event loop at a time."""
+    compiled = {}
+    deadline = time.perf_counter() + SLICE
+    items = [] if not isinstance(body, dict) else _items(body, "policies") + _items(body, "operator_policies")
+    with long_work.running():       # the fsync threads get the GIL between our slices
+        for p in items:
+            pattern = p.get("pattern") if isinstance(p, dict) else None
+            if isinstance(pattern, str) and pattern not in compiled:
+                try:
+                    compiled[pattern] = policy.compile_pattern(pattern)
+                except ValueError:
+                    pass            # _check names it
+                if time.perf_counter() > deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.perf_counter() + SLICE
+    import_definitions(server, body, only, compiled)
+
+
+def import_definitions(server, body, only=None, compiled=None):
+    users, vhosts, perms, policies, exchanges, queues, bindings, params = _check(server, body, only, compiled)
     undo = []
-    try:
-        with server.users.batch():
-            _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
-            for vhost, component, name, value in params:
-                vp = server.parameters.of(server.vhosts[vhost])
-                old = vp.store.get(component, name)
-                vp.set(component, name, value)
-                undo.append(lambda vp=vp, c=component, n=name, old=old: vp.restore(c, n, old))
-    except (KeyError, ValueError, TypeError, AMQPError) as exc:
-        for action in reversed(undo):
-            try:
-                action()
-            except Exception:       # best effort: the first error is the one to report
-                pass
-        text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
-        raise HTTPError(400, f"bad definitions, nothing imported: {text}")
+    # policies.json is written once per vhost, not once per policy
+    with policy.batch():
+        try:
+            with server.users.batch():
+                _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
+                for vhost, component, name, value in params:
+                    vp = server.parameters.of(server.vhosts[vhost])
+                    old = vp.store.get(component, name)
+                    vp.set(component, name, value)
+                    undo.append(lambda vp=vp, c=component, n=name, old=old: vp.restore(c, n, old))
+        except (KeyError, ValueError, TypeError, AMQPError) as exc:
+            for action in reversed(undo):
+                try:
+                    action()
+                except Exception:       # best effort: the first error is the one to report
+                    pass
+            text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
+            raise HTTPError(400, f"bad definitions, nothing imported: {text}")
 
 
 def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo):
@@ -178,10 +231,10 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
     for p in perms:
         server.users.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
                                      p.get("read", ""))
-    for p, clean, operator in policies:
+    for p, clean, regex, operator in policies:
         v = vhost_for(p)
         old = v.policies.get(p["name"], operator)
-        v.policies.set(p["name"], clean, operator)
+        v.policies.set(p["name"], clean, operator, regex)
         undo.append(lambda v=v, name=p["name"], old=old, op=operator:
                     v.policies.set(name, old, op) if old else v.policies.delete(name, op))
     for x in exchanges:

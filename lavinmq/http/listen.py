@@ -16,14 +16,25 @@ import socket
 
 from aiohttp.web_protocol import RequestHandler
 
-from lavinmq.listener import Listener, ListenError, bind_sockets
+from lavinmq.listener import TALKING, Listener, ListenError, bind_sockets
 
 log = logging.getLogger("lavinmq.http")
 
 
 class GuardedRequestHandler(RequestHandler):
-    """aiohttp's handler that gives its listener ticket back when it closes."""
+    """aiohttp's handler that gives its listener ticket back when it closes,
+    and lets the guard close it while no request on it has logged in."""
     ticket = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        if self.ticket is not None:
+            self.ticket.close = transport.abort
+
+    def data_received(self, data):
+        if self.ticket is not None and not self.ticket.logged_in:
+            self.ticket.progress(TALKING)
+        super().data_received(data)
 
     def connection_lost(self, exc):
         try:

@@ -1,6 +1,7 @@
 """The management API's middleware: JSON errors (also for AMQP errors the
 vhost raises), Basic auth by the broker's users, and the refusal of
 cross-site requests."""
+import asyncio
 import logging
 
 from aiohttp import web
@@ -26,7 +27,10 @@ async def errors_and_auth(request, handler):
         if request.method not in SAFE_METHODS:
             check_not_cross_site(request)
         if not request.app.get("open"):
-            request["user"] = authenticate(request)
+            request["user"] = await authenticate(request)
+            ticket = getattr(request.protocol, "ticket", None)
+            if ticket is not None:
+                ticket.login()      # no longer a socket the connection guard may close for room
         response = await handler(request)
         if request.method not in SAFE_METHODS and not await cluster_status.replicated(request.app["server"]):
             # a cluster's leader: the change is not on the in-sync replicas (the
@@ -74,7 +78,7 @@ def check_not_cross_site(request):
         raise HTTPError(415, "Content-Type must be application/json", "unsupported_media_type")
 
 
-def authenticate(request):
+async def authenticate(request):
     import base64
     import binascii
     header = request.headers.get("Authorization", "")
@@ -87,15 +91,16 @@ def authenticate(request):
     server = request.app["server"]
     peer = request.remote or ""
     throttle = server.login_throttle
-    if throttle.blocked_for(peer):
-        _login_log("HTTP login refused for user %r from %s: too many failed logins, backing off", user, peer)
-        raise HTTPError(401, "Login failed")
+    key = throttle.key(peer, user, server.users.get(user) is not None)
+    delay = throttle.delay_for(*key)
+    if delay:
+        # backing off (lavinmq.auth.throttle): answered late, whatever the password
+        await asyncio.sleep(delay)
     u = server.users.authenticate(user, password)
     if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
-        throttle.failed(peer)
+        throttle.failed(*key)
         _login_log("HTTP login refused for user %r from %s", user, peer)
         raise HTTPError(401, "Login failed")
-    throttle.succeeded(peer)
     if not u.tags:
         raise HTTPError(401, "Login failed")       # users without any tag have no management access
     return u

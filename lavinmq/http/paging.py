@@ -2,12 +2,10 @@
 the broker's objects by cheap keys, then shape only the page asked for.
 The answer is the same as app.listing() over every shaped object would
 give; a sort column without a cheap key falls back to that."""
-import re
-
 from aiohttp import web
 
-from lavinmq.http import stats
-from lavinmq.http.helpers import HTTPError, pick
+from lavinmq.http import name_filter, sliced, stats
+from lavinmq.http.helpers import HTTPError, linear_regex, pick
 
 
 def _rate(field):
@@ -64,28 +62,36 @@ def fast_page(request, objects, shape, sort_keys):
         raise HTTPError(400, "page must be >= 1 and page_size between 1 and 500")
     total = len(objects)
     name = q.get("name")
+
+    def rest(objects):
+        if sort:
+            key = sort_keys[sort]
+            # app.listing's order: numbers by value, anything else as text
+            objects = sorted(objects, key=lambda o: _order(key(o)), reverse=q.get("sort_reverse") == "true")
+        filtered = len(objects)
+        items = [shape(o) for o in objects[(page - 1) * size: page * size]]
+        columns = q.get("columns")
+        if columns:
+            cols = [c.split(".") for c in columns.split(",")]
+            items = [pick(i, cols) for i in items]
+        return {"filtered_count": filtered, "item_count": len(items), "items": items,
+                "page": page, "page_count": max(1, -(-filtered // size)),
+                "page_size": size, "total_count": total}
+
     if name:
         if q.get("use_regex") == "true":
-            try:
-                rx = re.compile(name)
-            except re.error as exc:
-                raise HTTPError(400, f"bad regex: {exc}")
-            objects = [o for o in objects if rx.search(o.name)]
-        else:
-            objects = [o for o in objects if name in o.name]
-    if sort:
-        key = sort_keys[sort]
-        # app.listing's order: numbers by value, anything else as text
-        objects = sorted(objects, key=lambda o: _order(key(o)), reverse=q.get("sort_reverse") == "true")
-    filtered = len(objects)
-    items = [shape(o) for o in objects[(page - 1) * size: page * size]]
-    columns = q.get("columns")
-    if columns:
-        cols = [c.split(".") for c in columns.split(",")]
-        items = [pick(i, cols) for i in items]
-    return web.json_response({"filtered_count": filtered, "item_count": len(items), "items": items,
-                              "page": page, "page_count": max(1, -(-filtered // size)),
-                              "page_size": size, "total_count": total})
+            # RE2 (never Python's backtracking re), matched in slices with yields
+            rx = linear_regex(name)
+
+            async def select(kept):
+                return await name_filter.select(kept, rx, _object_name)
+            return sliced.SlicedListing(objects, None, select, rest)
+        objects = [o for o in objects if name in o.name]
+    return web.json_response(rest(objects))
+
+
+def _object_name(obj):
+    return obj.name
 
 
 def _order(v):

@@ -5,6 +5,7 @@ import urllib.parse
 
 from lavinmq.exchange import DefaultExchange, persistent
 from lavinmq.http import compat
+from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
 
 NODE = compat.NODE
@@ -52,7 +53,7 @@ def permission(user_name, vhost_name, p):
 
 def exchange(ex):
     out = {"name": ex.name, "vhost": ex.vhost.name, "type": ex.type or "direct", "durable": ex.durable,
-           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments,
+           "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": json_table(ex.arguments),
            "user_who_performed_action": "", "policy": getattr(ex, "policy", None),
            "effective_policy_definition": getattr(ex, "effective_policy_definition", {}),
            "message_stats": stats({"publish_in": ex.publish_in_count, "publish_out": ex.publish_out_count},
@@ -67,7 +68,7 @@ def exchange(ex):
 def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
-           "auto_delete": q.auto_delete, "arguments": q.arguments, "node": NODE,
+           "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": NODE,
            "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else "classic",
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
@@ -96,7 +97,7 @@ def consumer(c):
     ch = c.channel
     out = {"consumer_tag": c.tag, "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
            "ack_required": not c.no_ack, "exclusive": c.exclusive, "prefetch_count": c.prefetch,
-           "arguments": c.arguments or {}, "active": _active(c),
+           "arguments": json_table(c.arguments), "active": _active(c),
            "activity_status": "up" if _active(c) else "waiting",
            "channel_details": channel_ref(ch)}
     if getattr(c.queue, "is_stream", False):
@@ -133,7 +134,7 @@ def binding(vhost_, b):
     from lavinmq._core.queue import Queue
     return {"source": b.source.name, "vhost": vhost_.name, "destination": dest.name,
             "destination_type": "queue" if isinstance(dest, Queue) else "exchange",
-            "routing_key": b.routing_key, "arguments": b.arguments,
+            "routing_key": b.routing_key, "arguments": json_table(b.arguments),
             "properties_key": properties_key(b.routing_key, b.arguments)}
 
 
@@ -174,16 +175,7 @@ def channel(ch):
             **compat.channel_extra(ch)}
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode(errors="replace")
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
+_jsonable = json_value      # client properties and message properties: as arguments
 
 
 def definitions(server, only=None):
@@ -204,15 +196,16 @@ def definitions(server, only=None):
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
     out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
-                         "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": ex.arguments}
+                         "auto_delete": ex.auto_delete, "internal": ex.internal,
+                         "arguments": json_table(ex.arguments)}
                         for v in vhosts for ex in v.exchanges.values()
                         if ex.durable and not isinstance(ex, DefaultExchange) and not ex.name.startswith("amq.")]
     out["queues"] = [{"name": q.name, "vhost": v.name, "durable": True, "auto_delete": q.auto_delete,
-                      "arguments": q.arguments}
+                      "arguments": json_table(q.arguments)}
                      for v in vhosts for q in v.queues.values() if q.durable and not q.exclusive]
     out["bindings"] = [{"source": b.source.name, "vhost": v.name, "destination": b.destination.name,
                         "destination_type": "queue" if isinstance(b.destination, Queue) else "exchange",
-                        "routing_key": b.routing_key, "arguments": b.arguments}
+                        "routing_key": b.routing_key, "arguments": json_table(b.arguments)}
                        for v in vhosts for ex in v.exchanges.values() if not isinstance(ex, DefaultExchange)
                        for b in ex.bindings.values()
                        if ex.durable and getattr(b.destination, "durable", False)]

@@ -10,7 +10,7 @@ import time
 
 from lavinmq import churn, process
 from lavinmq.auth.users import is_loopback_address
-from lavinmq.listener import RateLimitedLog
+from lavinmq.listener import LOGGING_IN, RateLimitedLog
 from lavinmq.mqtt import _mqtt, session, topics
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_CREDENTIALS, IDENTIFIER_REJECTED, NOT_AUTHORIZED, SERVER_UNAVAILABLE,
@@ -49,6 +49,7 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         self.local = ("?", 0)
         self.name = "?"
         self.ticket = None          # lavinmq.listener.Ticket
+        self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
         self.tls = False
         self.transport_name = "tcp"     # or "websocket"
         self.connected_at = int(time.time() * 1000)
@@ -89,12 +90,17 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.name = f"{self.peer[0]}:{self.peer[1]} -> {self.local[0]}:{self.local[1]}"
         self.accepted = time.monotonic()
+        if self.ticket is not None:
+            self.ticket.close = transport.abort     # the guard may need the slot before login
         self.server.connections.add(self)
         churn.count("connection_created")
         log.debug("MQTT connection from %s", self.name)
 
     def connection_lost(self, exc):
         churn.count("connection_closed")
+        if self.login_pending is not None:
+            self.login_pending.cancel()
+            self.login_pending = None
         self.transport = None
         if not self.closing:
             # the client went away without DISCONNECT: its will is published
@@ -123,6 +129,45 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     # -- CONNECT --------------------------------------------------------------------
 
     def on_connect(self, args):
+        if self.login_pending is not None:
+            raise ProtocolError("a second CONNECT")
+        if self.ticket is not None:
+            self.ticket.progress(LOGGING_IN)
+        delay = self._login_delay(args[6])
+        if not delay:
+            return self._connect(args)
+        # backing off (lavinmq.auth.throttle): answered late, whatever the
+        # password, so a guesser learns slowly and a user who knows it gets in
+        self.block_reading()
+        self.login_pending = asyncio.get_running_loop().call_later(delay, self._connect_late, args)
+
+    def _connect_late(self, args):
+        self.login_pending = None
+        if self.closing or self.transport is None:
+            return
+        try:
+            self._connect(args)
+        except Exception as exc:
+            self.connection_error(exc)
+        self.flush()
+        if not self.closing and self.paused_reading and self.transport is not None:
+            self.paused_reading = False
+            self.transport.resume_reading()
+
+    def _throttle_key(self, username):
+        """(address, user) the login throttle counts failures of; None when there is none."""
+        throttle = getattr(self.server, "login_throttle", None)
+        if throttle is None or username is None:
+            return None
+        name = username.decode(errors="replace").split(":", 1)[-1]
+        address = self.peer[0] if isinstance(self.peer[0], str) else ""
+        return throttle.key(address, name, self.server.users.get(name) is not None)
+
+    def _login_delay(self, username):
+        key = self._throttle_key(username)
+        return self.server.login_throttle.delay_for(*key) if key is not None else 0.0
+
+    def _connect(self, args):
         name, level, clean, keepalive, client_id, will, username, password = args
         try:
             user, vhost = self._login(username, password)
@@ -163,6 +208,8 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         self.may_publish = self._may_write_exchange()
         vhost.connections.add(self)
         self.phase = _mqtt.MP_OPEN_
+        if self.ticket is not None:
+            self.ticket.login()     # no longer a socket the connection guard may close for room
         self.send(_mqtt.connack(present, 0))
         if q is not None:
             self._attach(q)
@@ -183,23 +230,22 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     def _login(self, username, password):
         if username is None or password is None:
             raise ConnectRefused(NOT_AUTHORIZED, "no user name and password")
+        raw_username = username
         username = username.decode()
         vhost_name = self.config.mqtt_default_vhost
         if ":" in username:
             vhost_name, username = username.split(":", 1)
-        throttle = getattr(self.server, "login_throttle", None)
         address = self.peer[0] if isinstance(self.peer[0], str) else ""
-        if throttle is not None and throttle.blocked_for(address):
-            raise ConnectRefused(BAD_CREDENTIALS, f"user {username!r}: too many failed logins, backing off")
         user = self.server.users.authenticate(username, password.decode(errors="replace"))
         if user is not None and user.loopback_only and not is_loopback_address(address):
             user = None
             reason = f"user {username!r} may only connect from loopback"
         else:
             reason = f"login refused for user {username!r}"
-        if throttle is not None:
-            throttle.succeeded(address) if user is not None else throttle.failed(address)
         if user is None:
+            key = self._throttle_key(raw_username)
+            if key is not None:
+                self.server.login_throttle.failed(*key)
             raise ConnectRefused(BAD_CREDENTIALS, reason)
         vhost = self.server.vhosts.get(vhost_name)
         if vhost is None:

@@ -9,6 +9,7 @@ import time
 
 from lavinmq._core.queue import Queue as CoreQueue
 from lavinmq.arguments import EMPTY, check_equivalent
+from lavinmq.errors import PreconditionFailed
 from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.queue")
@@ -19,12 +20,29 @@ def log_name(name, vhost_name):
     return f"'{name}' in vhost '{vhost_name}'"
 
 
-def make_deduper(arguments):
-    """x-message-deduplication's companions, as LavinMQ reads them."""
+DEFAULT_MAX_DEDUP_CACHE_SIZE = 1_000_000     # [main] max_deduplication_cache_size
+
+
+def make_deduper(arguments, max_size):
+    """x-message-deduplication's companions, as LavinMQ reads them. The
+    size was checked against max_size when declared (check_dedup_size); a
+    definition from before the cap, or from a larger one, is cut to it."""
     from lavinmq._core.dedup import Deduper
     header = arguments.get("x-deduplication-header")
     return Deduper(header if isinstance(header, str) else None,
-                   arguments.get("x-cache-size") or 128, arguments.get("x-cache-ttl") or None)
+                   min(arguments.get("x-cache-size") or 128, max_size), arguments.get("x-cache-ttl") or None)
+
+
+def check_dedup_size(arguments, max_size, class_id, method_id):
+    """x-cache-size is the tenant's to choose: up to the broker's
+    max_deduplication_cache_size, so that what a cache may take (40 bytes
+    an entry, allocated at once) is known before it is taken."""
+    if not arguments or arguments.get("x-message-deduplication") is not True:
+        return
+    size = arguments.get("x-cache-size")
+    if isinstance(size, int) and size > max_size:
+        raise PreconditionFailed(f"x-cache-size {size} is larger than the broker allows "
+                                 f"(max_deduplication_cache_size {max_size})", class_id, method_id)
 
 
 class Queue(CoreQueue):
@@ -55,7 +73,7 @@ class Queue(CoreQueue):
         if self.arguments.get("x-single-active-consumer") is True:
             self.set_single_active(True)
         if self.arguments.get("x-message-deduplication") is True:
-            self.set_dedup(make_deduper(self.arguments))
+            self.set_dedup(make_deduper(self.arguments, vhost.max_dedup_cache_size))
         if not store.fresh and os.path.exists(self._paused_path):
             self.set_paused(True)
 
@@ -89,6 +107,13 @@ class Queue(CoreQueue):
                             dlx=dlx, dlrk=settings.get("dead-letter-routing-key") if dlx is not None else None)
         self.set_delivery_limit(settings.get("delivery-limit"))
         timeout = settings.get("consumer-timeout", self.vhost.consumer_timeout)
+        if timeout and not self.consumer_timeout and self.unacked_count:
+            # deliveries made while the queue had no timeout were not timed:
+            # they are from now (a policy set later used to miss them)
+            now = int(time.time() * 1000)
+            for conn in list(self.vhost.connections):
+                for ch in conn.open_channels():
+                    ch.time_held(self, now)
         self.consumer_timeout = timeout or 0
         expires = settings.get("expires")
         if expires != self.expires:

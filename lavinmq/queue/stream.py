@@ -12,7 +12,7 @@ import orjson
 from lavinmq._core.codec import Timestamp
 from lavinmq._core.stream import StreamConsumer, StreamQueue as CoreStreamQueue
 from lavinmq._core.stream_store import StreamStore
-from lavinmq.arguments import check_equivalent
+from lavinmq.arguments import MAX_AGE_SECONDS, check_equivalent
 from lavinmq.errors import PreconditionFailed
 
 # arguments that mean nothing to a stream (LavinMQ refuses the same ones)
@@ -26,6 +26,8 @@ MIN_SEGMENT_SIZE = 4096
 # "7D", "30m": LavinMQ's and RabbitMQ's retention and offset intervals
 _INTERVAL = re.compile(r"\A(\d+)([YMDhms])\Z")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y": 365 * 86400}
+MAX_TIMESTAMP = MAX_AGE_SECONDS         # seconds: an x-stream-offset timestamp up to the year ~12000
+OFFSET_RANGE = (-(2 ** 63), 2 ** 64 - 1)    # what the store's offsets are
 
 
 def is_stream(arguments):
@@ -120,7 +122,8 @@ class StreamQueue(CoreStreamQueue):
         """Retention in effect (None: no limit); whole segments beyond it go now."""
         self.store.max_length = max_length or 0
         self.store.max_length_bytes = max_length_bytes or 0
-        self.store.max_age_ms = (max_age_seconds or 0) * 1000
+        # (a definition from before the bound may hold more: cut to it)
+        self.store.max_age_ms = min(max_age_seconds or 0, MAX_AGE_SECONDS) * 1000
         if not self.closed:
             self.store.apply_retention(int(time.time() * 1000))
 
@@ -217,6 +220,8 @@ class StreamQueue(CoreStreamQueue):
         if isinstance(spec, bytes):
             spec = spec.decode("utf-8", "replace")
         if isinstance(spec, Timestamp):
+            if int(spec) > MAX_TIMESTAMP:
+                raise PreconditionFailed(f"x-stream-offset timestamp {int(spec)} is out of range", 60, 20)
             return st.locate_time(int(spec) * 1000)
         if isinstance(spec, datetime.datetime):
             return st.locate_time(int(spec.timestamp() * 1000))
@@ -224,6 +229,8 @@ class StreamQueue(CoreStreamQueue):
             raise PreconditionFailed("x-stream-offset must be first, last, next, an offset, a timestamp "
                                      "or an interval such as 1h", 60, 20)
         if isinstance(spec, int):
+            if not OFFSET_RANGE[0] <= spec <= OFFSET_RANGE[1]:
+                raise PreconditionFailed(f"x-stream-offset {spec} is out of range", 60, 20)
             if spec < 0:        # the last -spec messages (LavinMQ)
                 return st.locate(max(st.last_offset + spec + 1, 0))
             return st.locate(spec)
@@ -237,6 +244,8 @@ class StreamQueue(CoreStreamQueue):
         if seconds is None:
             raise PreconditionFailed(f"x-stream-offset '{spec}' is not first, last, next, an offset, "
                                      f"a timestamp or an interval such as 1h", 60, 20)
+        if seconds > MAX_AGE_SECONDS:
+            raise PreconditionFailed(f"x-stream-offset '{spec[:40]}' is out of range (at most 10000Y)", 60, 20)
         return st.locate_time(int((time.time() - seconds) * 1000))
 
     def add_consumer(self, consumer):

@@ -315,13 +315,25 @@ class Connection:
         _, pos = read_shortstr(args, 0)
         return struct.unpack_from(">I", args, pos)[0]
 
-    def declare_exchange(self, name, type_="fanout", durable=True):
+    def declare_exchange(self, name, type_="fanout", durable=True, arguments=None):
         self.call(40, 10, b"\x00\x00" + shortstr(name) + shortstr(type_) + bits(False, durable, False, False, False)
-                  + table({}), (40, 11))
+                  + table(arguments), (40, 11))
 
     def bind_queue(self, queue, exchange, routing_key=""):
         self.call(50, 20, b"\x00\x00" + shortstr(queue) + shortstr(exchange) + shortstr(routing_key) + b"\x00"
                   + table({}), (50, 21))
+
+    def message_count(self, queue):
+        """-> the queue's message count, or None when there is no such queue
+        (the broker closes the channel for that: it is opened again)."""
+        try:
+            return self.declare_queue(queue, passive=True)
+        except AMQPError as e:
+            if e.code != 404:
+                raise
+            self.send(1, 20, 10, shortstr(""))
+            self.wait(1, (20, 11))
+            return None
 
     def delete_queue(self, name):
         self.call(50, 40, b"\x00\x00" + shortstr(name) + b"\x00", (50, 41))

@@ -1,6 +1,8 @@
 """The example data pipeline, one command after `./dev run`:
 
     ./dev pipeline                      # or: .venv/bin/python -m lavinmq.spark.example
+    ./dev pipeline --cluster            # on a Spark standalone cluster it starts (a master, two workers)
+    ./dev pipeline --master spark://HOST:7077   # on a cluster that runs (its workers need lavinmq)
 
 1. A generator publishes JSON click events ({"user", "page", "ts"}) to the
    stream queue `clicks`, their event times spread over --minutes minutes.
@@ -10,8 +12,9 @@
 3. The finished aggregates go two ways: published to the fanout exchange
    `page-stats` (format "lavinmq" as a sink; the queue `page-stats` is bound
    to it) and written to Parquet under --out.
-4. Progress is printed while it runs; a summary checks every count against
-   what the generator published.
+4. Progress is printed while it runs (with Spark's query progress: batch,
+   rows, rows/s, how far behind the stream's end), and a summary checks
+   every count against what the generator published.
 
 Before it writes, it checks that the broker at --uri is this one (lavinmq
 for Python, from what the broker says of itself when a client connects):
@@ -129,20 +132,9 @@ class Generator(threading.Thread):
             self.error = exc
 
 
-def spark_session(app="lavinmq-pipeline"):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.extraJavaOptions", "-Xss4m")      # deep plans of streaming queries
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    from lavinmq.spark import register
-    register(spark)
-    return spark
+def spark_session(app="lavinmq-pipeline", master="local[2]", conf=None):
+    from lavinmq.spark.cluster import session
+    return session(master, app, conf)
 
 
 def build_queries(spark, uri, start, out):
@@ -163,10 +155,11 @@ def build_queries(spark, uri, start, out):
                                             .alias("minute"), "clicks")).alias("body"),
                          F.col("page").alias("routing_key"),
                          F.struct(F.lit("application/json").alias("content_type")).alias("properties"))
-                 .writeStream.format("lavinmq").option("uri", uri).option("exchange", EXCHANGE)
+                 .writeStream.queryName("to-broker").format("lavinmq").option("uri", uri)
+                 .option("exchange", EXCHANGE)
                  .option("checkpointLocation", os.path.join(out, "checkpoints", "to-broker"))
                  .outputMode("append").start())
-    to_parquet = (per_minute.writeStream.format("parquet")
+    to_parquet = (per_minute.writeStream.queryName("to-parquet").format("parquet")
                   .option("path", os.path.join(out, "page_minute"))
                   .option("checkpointLocation", os.path.join(out, "checkpoints", "to-parquet"))
                   .outputMode("append").start())
@@ -184,11 +177,34 @@ def input_rows(query):
     return sum(p.get("numInputRows", 0) for p in query.recentProgress)
 
 
+def progress_line(query, seen):
+    """Spark's progress of the query's last micro-batch (None if it is the
+    one already shown): batch id, rows, rows/s and how far behind the
+    stream's end it ended (the source's latestOffset, lavinmq.spark.source)."""
+    import json
+    p = query.lastProgress
+    if not p or p["batchId"] == seen.get(query.name):
+        return None
+    seen[query.name] = p["batchId"]
+    src = p["sources"][0] if p["sources"] else {}
+    behind = ""
+    try:
+        latest = json.loads(src.get("latestOffset") or "null")
+        if latest:
+            behind = f", {latest['maxOffsetsBehindLatest']} offsets behind the stream's end"
+    except (ValueError, KeyError, TypeError):
+        pass
+    return (f"  spark {query.name}: batch {p['batchId']} read {p['numInputRows']} rows "
+            f"({p.get('processedRowsPerSecond') or 0:.0f} rows/s) in {p['durationMs'].get('triggerExecution', 0)} ms"
+            f"{behind}")
+
+
 def run(opts, spark=None):
     """-> 0 when every aggregate arrived and matches. spark: a session to
     use (and leave running); by default one is started and stopped."""
     started = time.monotonic()
     own_session = spark is None
+    cluster = None
     name = check_target(opts.uri, opts.any_broker)
     log(f"broker {shown_uri(opts.uri)}: {name}")
     if os.path.exists(opts.out):
@@ -197,9 +213,30 @@ def run(opts, spark=None):
     setup_topology(opts.uri)
     from lavinmq.spark.offsets import StreamInfo
     start = StreamInfo(opts.uri, STREAM).next_offset() or 0
-    log(f"stream '{STREAM}' continues at offset {start}; starting Spark (local[2])")
     if own_session:
-        spark = spark_session()
+        master, conf = opts.master, {}
+        if opts.cluster:
+            from lavinmq.spark.cluster import StandaloneCluster
+            log("starting a Spark standalone cluster: a master and two workers (pyspark's own classes)")
+            cluster = StandaloneCluster(workers=2, cores=1).start()
+            master, conf = cluster.master_url, cluster.app_conf()
+        log(f"stream '{STREAM}' continues at offset {start}; starting Spark ({master})")
+        spark = spark_session(master=master, conf=conf)
+        if cluster is not None:
+            from lavinmq.spark.cluster import wait_executors
+            log(f"executors {', '.join(wait_executors(spark, 2))} registered")
+    else:
+        log(f"stream '{STREAM}' continues at offset {start}; Spark: {spark.conf.get('spark.master', '?')}")
+    try:
+        return _run(opts, spark, start, started)
+    finally:
+        if own_session:
+            spark.stop()
+        if cluster is not None:
+            cluster.stop()
+
+
+def _run(opts, spark, start, started):
     to_broker, to_parquet = build_queries(spark, opts.uri, start, opts.out)
     gen = Generator(opts.uri, opts.events, opts.pages, opts.minutes, opts.rate)
     gen.start()
@@ -207,6 +244,7 @@ def run(opts, spark=None):
     windows_written = received = 0
     deadline = time.monotonic() + opts.timeout
     expected_windows = None
+    seen = {}
     try:
         while time.monotonic() < deadline:
             time.sleep(2)
@@ -225,6 +263,10 @@ def run(opts, spark=None):
                 f"aggregates: {received} in queue '{RESULTS}'"
                 + (f", {windows_written} in Parquet" if windows_written else "")
                 + (f" (of {expected_windows})" if expected_windows is not None else ""))
+            for q in (to_broker, to_parquet):
+                line = progress_line(q, seen)
+                if line:
+                    print(line, flush=True)
             if expected_windows is not None and windows_written >= expected_windows and received >= expected_windows:
                 log("every aggregate is in")
                 break
@@ -249,8 +291,6 @@ def run(opts, spark=None):
     print("  top pages:                                    " +
           ", ".join(f"{p} {n}" for p, n in top.most_common(5)))
     print(f"  took {time.monotonic() - started:.1f} s")
-    if own_session:
-        spark.stop()
     return 0 if ok and received == len(rows) else 1
 
 
@@ -271,6 +311,12 @@ def parse_args(argv=None):
     ap.add_argument("--rate", type=int, default=5000, help="events per second (0: as fast as possible)")
     ap.add_argument("--out", default="pipeline-out", help="Parquet and checkpoints (replaced)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for every aggregate")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--master", default="local[2]",
+                       help="Spark master URL; a cluster's workers need lavinmq installed")
+    where.add_argument("--cluster", action="store_true",
+                       help="start a Spark standalone cluster here (a master and two workers, pyspark's own "
+                            "classes, loopback) and run on it")
     return ap.parse_args(argv)
 
 

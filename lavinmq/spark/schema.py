@@ -1,26 +1,23 @@
 """The columns every lavinmq source produces, as a Spark schema and as the
-Arrow schema Spark expects its Python data sources to return."""
+Arrow schema Spark expects its Python data sources to return.
+
+The decoders (lavinmq/spark/_columns.pyx) build the columns of a message
+(record_schema: offset ... body); finish() puts the queue's name in front
+and leaves the headers out when includeHeaders=false, per record batch."""
 
 PROPERTY_STRINGS = ("content_type", "content_encoding", "message_id", "correlation_id", "type", "app_id",
                     "user_id")
 PROPERTY_FIELDS = PROPERTY_STRINGS + ("priority", "delivery_mode", "expiration", "reply_to")
 
-DDL = (
-    "offset BIGINT, timestamp TIMESTAMP, exchange STRING, routing_key STRING, "
-    "properties STRUCT<content_type: STRING, content_encoding: STRING, message_id: STRING, "
-    "correlation_id: STRING, type: STRING, app_id: STRING, user_id: STRING, priority: INT, "
-    "delivery_mode: INT, expiration: STRING, reply_to: STRING>, "
-    "headers MAP<STRING, STRING>, body BINARY"
-)
 
-
-def spark_schema():
+def spark_schema(include_headers=True):
     from pyspark.sql.types import (
         BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampType,
     )
     props = StructType([StructField(n, IntegerType() if n in ("priority", "delivery_mode") else StringType())
                         for n in PROPERTY_FIELDS])
-    return StructType([
+    fields = [
+        StructField("queue", StringType()),
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
         StructField("exchange", StringType()),
@@ -28,12 +25,14 @@ def spark_schema():
         StructField("properties", props),
         StructField("headers", MapType(StringType(), StringType())),
         StructField("body", BinaryType()),
-    ])
+    ]
+    return StructType([f for f in fields if include_headers or f.name != "headers"])
 
 
-def arrow_schema():
-    """What pyspark's to_arrow_schema(spark_schema(), timezone="UTC") gives:
-    Spark checks a returned batch against it field by field."""
+def record_schema():
+    """The columns of a message, as the decoders build them: what pyspark's
+    to_arrow_schema(spark_schema(), timezone="UTC") gives for them (Spark
+    checks a returned batch against it field by field)."""
     import pyarrow as pa
     props = pa.struct([pa.field(n, pa.int32() if n in ("priority", "delivery_mode") else pa.string())
                        for n in PROPERTY_FIELDS])
@@ -46,3 +45,21 @@ def arrow_schema():
         pa.field("headers", pa.map_(pa.string(), pa.string())),
         pa.field("body", pa.binary()),
     ])
+
+
+def arrow_schema(include_headers=True):
+    """What a source returns: spark_schema() in Arrow."""
+    import pyarrow as pa
+    fields = [pa.field("queue", pa.string())] + list(record_schema())
+    return pa.schema([f for f in fields if include_headers or f.name != "headers"])
+
+
+def finish(batch, queue, schema):
+    """A record batch of record_schema() -> one of `schema` (arrow_schema()):
+    the queue's name (None: unknown) as a column made in Arrow, not per row
+    in Python."""
+    import pyarrow as pa
+    n = batch.num_rows
+    name = pa.repeat(pa.scalar(queue, pa.string()), n) if queue is not None else pa.nulls(n, pa.string())
+    cols = [name if f.name == "queue" else batch.column(f.name) for f in schema]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

@@ -9,7 +9,11 @@ running broker reads fine: a segment being written ends where its data
 ends. Streams have offsets (from their meta.N files); for other queues
 `offset` is null and acknowledged messages (acks.N) are left out.
 
-Options: queue, vhost, maxRecordsPerBatch (default 10000, as Spark's Arrow batches)."""
+The queue column holds option queue's name (null when PATH is a queue's
+directory: its name is not in it).
+
+Options: queue, vhost, maxRecordsPerBatch (default 10000, as Spark's Arrow
+batches), includeHeaders (default true)."""
 import array
 import hashlib
 import mmap
@@ -125,7 +129,7 @@ class SegmentsDataSource(DataSource):
         return "lavinmq-segments"
 
     def schema(self):
-        return spark_schema()
+        return spark_schema((self.options.get("includeHeaders") or "true").lower() != "false")
 
     def reader(self, schema):
         return SegmentsReader(self.options)
@@ -138,10 +142,14 @@ class SegmentsReader(DataSourceReader):
             raise ValueError('load(PATH): the queue directory or the data directory to read')
         self.directory = queue_dir(path, options.get("queue"), options.get("vhost") or "/")
         self.max_rows = int(options.get("maxRecordsPerBatch") or 10000)
+        self.queue = options.get("queue")
+        self.include_headers = (options.get("includeHeaders") or "true").lower() != "false"
 
     def partitions(self):
         return plan(self.directory)
 
     def read(self, partition):
-        from lavinmq.spark.schema import arrow_schema
-        yield from read_segment_file(partition, arrow_schema(), self.max_rows)
+        from lavinmq.spark.schema import arrow_schema, finish, record_schema
+        out = arrow_schema(self.include_headers)
+        for rb in read_segment_file(partition, record_schema(), self.max_rows):
+            yield finish(rb, self.queue, out)

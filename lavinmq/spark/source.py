@@ -1,89 +1,29 @@
-"""spark.read / readStream / write / writeStream .format("lavinmq"): a stream
-queue as a Spark source (offsets are stream offsets) and any exchange as a
-sink. Options (all strings, as Spark passes them):
+"""spark.read / readStream / write / writeStream .format("lavinmq"): stream
+queues as a Spark source (offsets are stream offsets) and any exchange as a
+sink. Every option, next to the name Spark's Kafka source gives it, is in
+lavinmq/spark/README.md; they are parsed in lavinmq.spark.options.
 
-  uri                   amqp://user:password@host:port/vhost (default amqp://guest:guest@127.0.0.1:5672/%2F)
-  queue                 the stream to read
-  startingOffsets       earliest | latest | <offset> | <ISO 8601 time>   (default: streaming latest, batch earliest)
-  startingTimestamp     ms since 1970 (instead of startingOffsets)
-  endingOffsets         batch only: latest | <offset> (exclusive) | <ISO 8601 time>   (default latest)
-  endingTimestamp       batch only: ms since 1970
-  maxOffsetsPerTrigger  streaming: at most this many offsets per micro-batch
-  partitionSize         offsets per Spark partition: one consumer each (default 250000)
-  prefetch              consumer prefetch of each partition's reader (default 2000)
-
-The sink's options are in lavinmq.spark.sink."""
-from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, InputPartition,
-)
+A streaming query's offset is {queue: the next offset to read} for every
+queue it reads; a micro-batch reads [start, end) of each. The progress's
+`latestOffset` of the source holds, per queue, the offset the stream has
+reached and how far the batch is behind it (avgOffsetsBehindLatest ... as
+the Kafka source's metrics: Spark's Python sources have no metrics map)."""
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from lavinmq.spark import offsets as off
-from lavinmq.spark.amqp import Connection
+from lavinmq.spark import planning
+from lavinmq.spark.offsets import MISSING, Streams, read_range
+from lavinmq.spark.options import EARLIEST, LATEST, ReadOptions
 from lavinmq.spark.schema import spark_schema
 
-DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
-
-def _int(options, key, default):
-    v = options.get(key)
-    if v is None or v == "":
-        return default
-    try:
-        n = int(v)
-    except ValueError:
-        raise ValueError(f"option {key} must be an integer, not {v!r}") from None
-    if n <= 0:
-        raise ValueError(f"option {key} must be positive")
-    return n
-
-
-class Settings:
-    """The options a reader needs, checked once on the driver."""
-
-    def __init__(self, options):
-        self.uri = options.get("uri") or DEFAULT_URI
-        self.queue = options.get("queue")
-        if not self.queue:
-            raise ValueError("option queue (the stream to read) is required")
-        self.partition_size = _int(options, "partitionSize", 250_000)
-        self.prefetch = min(_int(options, "prefetch", 2000), 65535)
-        self.max_per_trigger = _int(options, "maxOffsetsPerTrigger", 0) if options.get("maxOffsetsPerTrigger") else 0
-        self.options = options
-
-    def info(self):
-        return off.StreamInfo(self.uri, self.queue)
-
-    def start(self, default):
-        ts = self.options.get("startingTimestamp")
-        if ts:
-            return self.info().resolve_time(int(ts))
-        return self.info().resolve(self.options.get("startingOffsets"), default)
-
-
-class RangePartition(InputPartition):
-    def __init__(self, start, end):
-        super().__init__((start, end))
-        self.start = start
-        self.end = end
-
-
-def plan(settings, start, end):
-    """Partitions for [start, end): ranges below the oldest message are gone
-    (retention) and are not planned."""
-    if end <= start:
-        return []
-    if start <= 1 or start < end - settings.partition_size:
-        first = settings.info().first_offset()
-        if first is not None and first > start:
-            start = min(first, end)
-    return [RangePartition(a, b) for a, b in off.split(start, end, settings.partition_size)]
-
-
-def read_partition(settings, partition):
-    from lavinmq.spark.schema import arrow_schema
-    yield from off.read_range(settings.uri, settings.queue, partition.start, partition.end, arrow_schema(),
-                              prefetch=settings.prefetch)
+def read_partition(opts, partition):
+    from lavinmq.spark.schema import arrow_schema, finish, record_schema
+    out = arrow_schema(opts.include_headers)
+    queue = partition.queue
+    yield from read_range(opts.uri, queue, partition.start, partition.end, record_schema(),
+                          prefetch=opts.prefetch, fail_on_data_loss=opts.fail_on_data_loss,
+                          finish=lambda rb: finish(rb, queue, out))
 
 
 class LavinMQDataSource(DataSource):
@@ -92,7 +32,8 @@ class LavinMQDataSource(DataSource):
         return "lavinmq"
 
     def schema(self):
-        return spark_schema()
+        include = (self.options.get("includeHeaders") or "true").lower() != "false"
+        return spark_schema(include)
 
     def reader(self, schema):
         return BatchReader(self.options)
@@ -110,81 +51,145 @@ class LavinMQDataSource(DataSource):
 
 
 class BatchReader(DataSourceReader):
-    """spark.read.format("lavinmq"): a range of offsets (or times) of a stream."""
+    """spark.read.format("lavinmq"): a range of offsets (or times) of each
+    stream read; by default all of it (earliest to latest)."""
 
     def __init__(self, options):
-        self.settings = Settings(options)
-        self.start = self.settings.start("earliest")
-        ts = options.get("endingTimestamp")
-        if ts:
-            self.end = self.settings.info().resolve_time(int(ts))
-        else:
-            spec = options.get("endingOffsets") or "latest"
-            self.end = self.settings.info().resolve(spec, "latest")
+        self.opts = ReadOptions(options)
+        with Streams(self.opts.uri) as s:
+            self.start, self.end = {}, {}
+            for q in self.opts.subscribed():
+                bounds = s.bounds(q)
+                if bounds is MISSING:
+                    raise ValueError(f"there is no queue {q!r} (in the vhost of the uri)")
+                self.start[q] = s.resolve(q, self.opts.spec("starting", q, EARLIEST), bounds)
+                self.end[q] = s.resolve(q, self.opts.spec("ending", q, LATEST), bounds)
 
     def partitions(self):
-        return plan(self.settings, self.start, self.end)
+        with Streams(self.opts.uri) as s:
+            ranges = planning.checked_ranges(s, self.opts, self.start, self.end)
+        return planning.partitions(ranges, self.opts.partition_size, self.opts.min_partitions)
 
     def read(self, partition):
-        return read_partition(self.settings, partition)
+        return read_partition(self.opts, partition)
+
+
+def legacy(offset, queues):
+    """A checkpoint of the single-queue source before several queues were
+    read ({"offset": N}) -> {queue: N}."""
+    if set(offset) == {"offset"} and "offset" not in (queues or ()) and isinstance(offset["offset"], int):
+        return {q: offset["offset"] for q in queues or ()}
+    return offset
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """spark.readStream.format("lavinmq"): offsets are {"offset": N}, the
-    next stream offset to read; a micro-batch reads [start, end)."""
+    """spark.readStream.format("lavinmq"). Queues that a queuePattern
+    matches later are read from their first offset (as the Kafka source
+    reads partitions discovered after the start from the earliest)."""
 
     def __init__(self, options):
-        self.settings = Settings(options)
-        self.target = None          # the end for trigger(availableNow=True)
+        self.opts = ReadOptions(options)
+        self.target = None          # {queue: end} for trigger(availableNow=True)
+        self.latest = {}            # {queue: next offset} when the last end was chosen
+        self.last_end = {}
 
     def initialOffset(self):
-        return {"offset": self.settings.start("latest")}
+        with Streams(self.opts.uri) as s:
+            out = {}
+            for q in self.opts.subscribed():
+                bounds = s.bounds(q)
+                if bounds is MISSING:
+                    if self.opts.queues is not None:
+                        raise ValueError(f"there is no queue {q!r} (in the vhost of the uri)")
+                    continue
+                out[q] = s.resolve(q, self.opts.spec("starting", q, LATEST), bounds)
+        return dict(sorted(out.items()))
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-        if self.settings.max_per_trigger:
-            return ReadMaxRows(self.settings.max_per_trigger)
+        if self.opts.max_per_trigger:
+            return ReadMaxRows(self.opts.max_per_trigger)
         return ReadAllAvailable()
+
+    def _available(self, s, start):
+        """{queue: (from, next offset)} of every queue read now and before."""
+        queues = set(start) | set(self.opts.subscribed())
+        out = {}
+        for q in sorted(queues):
+            begin = start.get(q, 0)
+            if self.target is not None and q not in self.target:
+                out[q] = (begin, begin)         # not there when availableNow began
+                continue
+            bounds = s.bounds(q)
+            if bounds is MISSING or bounds is None:
+                # deleted (partitions() reports what it took), or empty
+                out[q] = (begin, begin)
+                continue
+            first, nxt = bounds
+            # what retention removed is not counted against maxOffsetsPerTrigger:
+            # partitions() reports it (failOnDataLoss) and reads from first
+            out[q] = (max(begin, first), max(nxt, begin))
+        return out
 
     def latestOffset(self, start=None, limit=None):
         from pyspark.sql.streaming.datasource import ReadMaxRows
-        begin = start["offset"] if start else 0
-        with Connection(self.settings.uri) as c:
-            got = off.probe(c, self.settings.queue, "first")
-            if got is None:
-                return {"offset": begin}     # empty: nothing new
-            first = got[0]
-            # dense offsets: the next one is first + count (never more than
-            # the truth, even while retention or publishes run in between)
-            end = first + c.declare_queue(self.settings.queue, passive=True)
-        end = max(end, begin)
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, max(begin, first) + limit.max_rows)
+        start = legacy(start or {}, self.opts.queues)
+        with Streams(self.opts.uri) as s:
+            available = self._available(s, start)
+        self.latest = {q: nxt for q, (_, nxt) in available.items()}
         if self.target is not None:
-            end = min(end, max(begin, self.target))
-        return {"offset": end}
+            available = {q: (a, max(a, min(b, self.target[q]))) for q, (a, b) in available.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = planning.rate_limit(available, limit.max_rows)
+        else:
+            end = {q: b for q, (a, b) in available.items()}
+        # a queue that had nothing keeps the offset it had (0: from the first)
+        end = {q: (e if e > available[q][0] or q not in start else start[q]) for q, e in end.items()}
+        self.last_end = dict(sorted(end.items()))
+        return self.last_end
 
     def prepareForTriggerAvailableNow(self):
-        """trigger(availableNow=True): read up to what is there now, then stop."""
-        nxt = self.settings.info().next_offset()
-        self.target = nxt if nxt is not None else 0
+        """trigger(availableNow=True): read up to what is there now in the
+        queues there are now, then stop."""
+        with Streams(self.opts.uri) as s:
+            self.target = {}
+            for q in self.opts.subscribed():
+                bounds = s.bounds(q)
+                if bounds is not MISSING:
+                    self.target[q] = bounds[1] if bounds else 0
 
     def reportLatestOffset(self):
-        nxt = self.settings.info().next_offset()
-        return {"offset": nxt} if nxt is not None else None
+        """Shown as the source's latestOffset in the query's progress: where
+        each stream is, and how far behind it this batch's end is."""
+        if not self.latest:
+            return None
+        behind = {q: max(0, self.latest[q] - self.last_end.get(q, self.latest[q])) for q in self.latest}
+        lags = list(behind.values())
+        return {
+            "latest": dict(sorted(self.latest.items())),
+            "offsetsBehindLatest": dict(sorted(behind.items())),
+            "avgOffsetsBehindLatest": sum(lags) / len(lags),
+            "maxOffsetsBehindLatest": max(lags),
+            "minOffsetsBehindLatest": min(lags),
+        }
 
     def partitions(self, start, end):
-        return plan(self.settings, start["offset"], end["offset"])
+        start = legacy(start or {}, self.opts.queues)
+        end = legacy(end, self.opts.queues)
+        with Streams(self.opts.uri) as s:
+            ranges = planning.checked_ranges(s, self.opts, start, end)
+        return planning.partitions(ranges, self.opts.partition_size, self.opts.min_partitions)
 
     def read(self, partition):
-        return read_partition(self.settings, partition)
+        return read_partition(self.opts, partition)
 
     def commit(self, end):
         pass
 
 
 def register(spark):
-    """Make format("lavinmq") and format("lavinmq-segments") known to a session."""
+    """Make format("lavinmq") and format("lavinmq-segments") known to a
+    session (a classic one, or a Spark Connect client's)."""
     from lavinmq.spark.segments import SegmentsDataSource
     spark.dataSource.register(LavinMQDataSource)
     spark.dataSource.register(SegmentsDataSource)

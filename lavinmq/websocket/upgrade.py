@@ -89,6 +89,9 @@ async def upgrade(request):
     else:
         from lavinmq.amqp.connection import AMQPConnection
         inner = AMQPConnection(server)
+    # the HTTP socket's slot under the connection caps is now the inner
+    # connection's: its login makes it one the guard never closes for room
+    inner.ticket = getattr(http, "ticket", None)
     from lavinmq.websocket.transport import WebSocketProtocol
     done = asyncio.get_running_loop().create_future()
     ws = WebSocketProtocol(transport, inner, http, done)

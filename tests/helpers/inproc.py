@@ -10,6 +10,8 @@ class FakeTransport:
     def __init__(self):
         self.out = bytearray()
         self.closed = False
+        self.reading = True
+        self.eof_written = False
 
     def write(self, data):
         self.out += data
@@ -22,6 +24,18 @@ class FakeTransport:
 
     def is_closing(self):
         return self.closed
+
+    def pause_reading(self):
+        self.reading = False
+
+    def resume_reading(self):
+        self.reading = True
+
+    def can_write_eof(self):
+        return True
+
+    def write_eof(self):
+        self.eof_written = True
 
     def get_extra_info(self, name):
         return ("127.0.0.1", 40000) if name in ("peername", "sockname") else None

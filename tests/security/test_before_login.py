@@ -59,22 +59,51 @@ def _open_many(host, port, n, source="127.0.0.1"):
     return socks
 
 
+def _logged_in(host, port, source):
+    """A raw AMQP connection from `source` that has logged in (connection.open-ok)."""
+    from tests.helpers.rawclient import RawClient
+    c = RawClient.__new__(RawClient)
+    c.sock = socket.socket()
+    c.sock.bind((source, 0))
+    c.sock.settimeout(10)
+    c.sock.connect((host, port))
+    c.buf, c.frame_max, c.capabilities = b"", 131072, {}
+    c.handshake("guest", "guest", "/")
+    return c
+
+
 def test_connection_caps_total_and_per_address(make_broker):
-    b = make_broker("[main]\nmax_connections = 40\nmax_connections_per_address = 25\n")
-    flood = _open_many(b.host, b.port, 35, source="127.0.0.2")
+    """Issue 25 changed the caps (tests/security/test_connection_guard.py):
+    sockets that have not logged in make room for newcomers; what has
+    logged in is capped per address and in all, and never closed for room."""
+    b = make_broker("[main]\nmax_connections = 40\nmax_connections_per_address = 25\n"
+                    "default_user_only_loopback = false\n")
+    logged = [_logged_in(b.host, b.port, "127.0.0.2") for _ in range(25)]
+    extra = socket.socket()
+    extra.bind(("127.0.0.2", 0))
+    extra.connect((b.host, b.port))
+    assert _closed_within(extra, 2), "a 26th connection from one address was kept, the cap is 25"
+    extra.close()
+    # sockets that never log in: at most a quarter of the total stays (the oldest go)
+    flood = _open_many(b.host, b.port, 30, source="127.0.0.3")
     time.sleep(0.5)
     kept = [s for s in flood if not _closed_within(s, 0.05)]
-    assert len(kept) == 25, f"{len(kept)} of 35 sockets from one address kept, the cap is 25"
-    # another address still gets in, and the total cap holds
-    conn = pika.BlockingConnection(pika.URLParameters(b.url))
-    more = _open_many(b.host, b.port, 20, source="127.0.0.3")
-    time.sleep(0.5)
-    assert sum(not _closed_within(s, 0.05) for s in more) == 40 - 25 - 1
-    assert conn.is_open
-    conn.close()
-    for s in flood + more:
+    assert len(kept) == 8, f"{len(kept)} of 30 sockets that did not log in kept, the cap is 8"
+    assert kept == flood[-8:], "the newest should stay"
+    # the total holds for what has logged in
+    more = [_logged_in(b.host, b.port, "127.0.0.4") for _ in range(40 - 25 - 8)]
+    last = socket.socket()
+    last.bind(("127.0.0.5", 0))
+    last.connect((b.host, b.port))
+    # room is made by dropping a socket that has not logged in, never a logged-in one
+    assert not _closed_within(last, 0.5)
+    assert sum(_closed_within(s, 0.05) for s in kept) == 1
+    for c in logged + more:
+        assert not _closed_within(c.sock, 0.01)
+        c.close()
+    for s in flood + [last]:
         s.close()
-    assert "refused" in b.log_text()
+    assert "refused" in b.log_text() and "closed before login" in b.log_text()
 
 
 def _low_fd_limit():
@@ -108,7 +137,7 @@ def test_flood_past_the_fd_limit_does_not_stop_the_broker(make_broker):
     conn = pika.BlockingConnection(pika.URLParameters(b.url))
     assert conn.channel().queue_declare("durable-under-flood", passive=True).method.message_count == 50
     conn.close()
-    assert "connection from 127.0.0.2 refused" in b.log_text()
+    assert "connection from 127.0.0.2 closed before login" in b.log_text()
 
 
 def test_http_headers_and_bodies_must_arrive_in_time(make_broker):

@@ -87,3 +87,68 @@ def test_status_uptime_unit_and_close_logged_like_open(make_broker):
     opened = [line.split()[1] for line in lines if " opened by user guest" in line]
     closed = [line.split()[1] for line in lines if " closed (user guest)" in line]
     assert opened == closed == ["INFO"]
+
+
+LISTENER = """
+import os, socket, sys
+path, seen = sys.argv[1], sys.argv[2]
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path)
+srv.listen()
+open(seen + ".ready", "w").close()
+srv.settimeout(20)
+try:
+    conn, _ = srv.accept()
+    conn.settimeout(2)
+    data = b""
+    try:
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    open(seen, "wb").write(data)
+except socket.timeout:
+    pass
+"""
+
+
+def test_credentials_go_only_to_a_trusted_listener_whatever_the_path_says(capsys):
+    """Issue 25 finding 9: lavinmqctl looked at the path, then connected:
+    a symlink flipped in between (a writable directory) sent the admin's
+    credentials to another user's socket in 21 of 150 runs. Here the worst
+    case of that race, made to happen every time: the file is root's when
+    looked at, the process listening on it is nobody's."""
+    import subprocess
+    import time
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a listener as another user")
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="lavinmqctl-race-", dir="/tmp")     # pytest's own are root's, 0700
+    os.chmod(d, 0o777)
+    path, seen = os.path.join(d, "lavinmqctl.sock"), os.path.join(d, "seen")
+
+    def as_nobody():
+        os.setgid(65534)
+        os.setuid(65534)
+    # the system's Python: nobody may not be able to run the test's virtualenv
+    proc = subprocess.Popen(["/usr/bin/python3", "-c", LISTENER, path, seen], preexec_fn=as_nobody, cwd="/")
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(seen + ".ready"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.chown(path, 0, 0)        # what the look at the path sees
+        assert ctl.trusted_socket(path) is None
+        assert ctl.main(["--socket", path, "--user", "admin", "--password", "s3cret", "list_users"],
+                        out=io.StringIO()) == 77
+        assert "runs as uid 65534" in capsys.readouterr().err
+        proc.wait(timeout=25)
+        assert b"s3cret" not in open(seen, "rb").read() and b"Authorization" not in open(seen, "rb").read()
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)

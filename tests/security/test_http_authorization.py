@@ -125,3 +125,21 @@ def test_overview_counts_only_the_users_vhosts(tenants):
     _, everything = call(b, "GET", "/api/overview")
     assert everything["object_totals"]["queues"] - mine["object_totals"]["queues"] == 3
     assert everything["object_totals"]["exchanges"] > mine["object_totals"]["exchanges"]
+
+
+def test_a_management_user_cannot_pause_another_connections_exclusive_queue(make_broker):
+    """Issue 25 finding 9: PUT .../pause stopped deliveries from an
+    exclusive queue of someone else's connection (delete and purge were
+    refused already)."""
+    b = make_broker()
+    add_user(b, "mgr", "pw", "management")
+    owner = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = owner.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    for action in ("pause", "resume"):
+        status, body = call(b, "PUT", f"/api/queues/%2F/{q}/{action}", user="mgr", password="pw")
+        assert status == 400 and "exclusive" in body["reason"], (action, status, body)
+    assert call(b, "GET", f"/api/queues/%2F/{q}")[1]["state"] == "running"
+    ch.basic_publish("", q, b"still delivered")
+    assert ch.basic_get(q, auto_ack=True)[2] == b"still delivered"
+    owner.close()

@@ -150,3 +150,25 @@ def test_sighup_reloads_the_certificate(tls_broker, certs):
         assert time.monotonic() < deadline, b.log_tail()
         time.sleep(0.1)
     assert server_cn(b.amqps_port, certs) == "server2"
+
+
+def test_a_fifo_at_the_certificate_path_does_not_hang_the_broker(tls_broker, certs):
+    """Issue 25 finding 9: at SIGHUP the certificate was opened with a
+    blocking open(): a FIFO there (nobody writing) hung the event loop."""
+    import os
+    b = tls_broker
+    b.cert_path.unlink()
+    os.mkfifo(b.cert_path)
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    b.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "TLS reload failed" not in b.log_text():
+        assert time.monotonic() < deadline, b.log_tail()
+        time.sleep(0.1)
+    assert "not a regular file" in b.log_text()
+    started = time.monotonic()
+    ch.queue_declare("", exclusive=True)            # the loop answers
+    assert time.monotonic() - started < 1
+    assert server_cn(b.amqps_port, certs) == "server"      # the certificate in use stays
+    conn.close()

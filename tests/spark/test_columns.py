@@ -14,7 +14,7 @@ from pamqp import body as pbody, commands, frame, header
 
 from lavinmq.spark._columns import Batch, DeliveryDecoder, MalformedMessage, read_segment
 from lavinmq.spark._publish import PublishEncoder
-from lavinmq.spark.schema import arrow_schema
+from lavinmq.spark.schema import record_schema
 from lavinmq.spark.sink import columns
 from tests.unit.records import record
 
@@ -51,7 +51,7 @@ def test_deliveries_into_columns_in_any_chunking():
             pos += n
         assert dec.done and dec.last_tag == 3 and dec.deliveries == 3
         assert [o[1:3] for o in dec.others] == [(60, 31)]
-        rows = dec.take().record_batch(arrow_schema()).to_pylist()
+        rows = dec.take().record_batch(record_schema()).to_pylist()
         assert [r["offset"] for r in rows] == [10, 11]
         a, b = rows
         assert a["body"] == b"a" * 10000 and (a["exchange"], a["routing_key"]) == ("ex", "rk")
@@ -84,8 +84,8 @@ def test_batches_cut_between_reads_keep_every_column_the_same_length():
                 with pytest.raises(RuntimeError):
                     dec.take()
             elif dec.batch.rows >= 7:
-                batches.append(dec.take().record_batch(arrow_schema()))
-        batches.append(dec.take().record_batch(arrow_schema()))
+                batches.append(dec.take().record_batch(record_schema()))
+        batches.append(dec.take().record_batch(record_schema()))
         assert mid_message_reads > 0
         rows = [r for b in batches for r in b.to_pylist()]
         assert [r["offset"] for r in rows] == list(range(500))
@@ -106,7 +106,7 @@ def test_segment_records_match_the_broker_codec(tmp_path):
     assert (b.rows, nxt) == (7, 8)
     pos, nxt = read_segment(data, b, pos, nxt, array.array("I", [record_pos(data, 10)]), 100, 1 << 30)
     assert pos == -1 and b.rows == 29                         # one acked record left out
-    rows = b.record_batch(arrow_schema()).to_pylist()
+    rows = b.record_batch(record_schema()).to_pylist()
     assert [r["offset"] for r in rows] == [o for o in range(1, 31) if o != 11]
     assert rows[0]["properties"]["content_type"] == "application/json" and dict(rows[0]["headers"]) == \
         {"k": "v", "n": "1"}
@@ -145,7 +145,7 @@ def test_torn_and_hostile_input():
         try:
             dec.feed(bytes(bad))
             if dec.between_messages:        # (a bad body size leaves it waiting for more)
-                dec.take().record_batch(arrow_schema()).validate(full=True)
+                dec.take().record_batch(record_schema()).validate(full=True)
         except (MalformedMessage, ValueError, OverflowError):
             pass
     # segment files: random garbage after a valid header ends the data or raises
@@ -201,7 +201,8 @@ def test_the_connector_never_imports_the_broker():
     import subprocess
     import sys
     code = ("import sys, lavinmq.spark, lavinmq.spark.source, lavinmq.spark.sink, lavinmq.spark.segments, "
-            "lavinmq.spark.example, lavinmq.spark.offsets\n"
+            "lavinmq.spark.example, lavinmq.spark.offsets, lavinmq.spark.options, lavinmq.spark.planning, "
+            "lavinmq.spark.cluster\n"
             "bad = sorted(m for m in sys.modules if m.startswith('lavinmq.') and not m.startswith('lavinmq.spark'))\n"
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -50,7 +50,7 @@ def test_batch_read_of_a_time_range(spark, broker, stream):
 
 
 def test_missing_queue_option_is_a_clear_error(spark, broker):
-    with pytest.raises(Exception, match="option queue"):
+    with pytest.raises(Exception, match="one of the options queue"):
         spark.read.format("lavinmq").option("uri", broker.url).load().count()
 
 

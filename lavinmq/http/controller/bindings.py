@@ -20,7 +20,11 @@ def _bindings(vhosts):
 
 async def list_bindings(request):
     require(request, MANAGEMENT)
-    return listing(request, [shapes.binding(v, b) for v, b in _bindings(visible_vhosts(request))])
+    return listing(request, list(_bindings(visible_vhosts(request))), _shape)
+
+
+def _shape(vhost_and_binding):
+    return shapes.binding(*vhost_and_binding)
 
 
 async def exchange_bindings(request):

@@ -8,8 +8,8 @@ from lavinmq.http.helpers import MANAGEMENT, listing, not_found, require, visibl
 async def list_channels(request):
     require(request, MANAGEMENT)
     vhost = request.match_info.get("vhost")
-    return listing(request, [shapes.channel(ch) for c in visible_connections(request)
-                             for ch in c.open_channels() if vhost is None or c.vhost.name == vhost])
+    return listing(request, [ch for c in visible_connections(request)
+                             for ch in c.open_channels() if vhost is None or c.vhost.name == vhost], shapes.channel)
 
 
 async def get_channel(request):

@@ -10,8 +10,8 @@ async def list_connections(request):
     vhost = request.match_info.get("vhost")
     if vhost is not None:
         vhost_of(request)
-    return listing(request, [shapes.connection(c) for c in visible_connections(request)
-                             if vhost is None or c.vhost.name == vhost])
+    return listing(request, [c for c in visible_connections(request) if vhost is None or c.vhost.name == vhost],
+                   shapes.connection)
 
 
 def _connection(request):

@@ -6,9 +6,9 @@ from lavinmq.http.helpers import MANAGEMENT, listing, require, visible_connectio
 async def list_consumers(request):
     require(request, MANAGEMENT)
     vhost = request.match_info.get("vhost")
-    return listing(request, [shapes.consumer(cons) for c in visible_connections(request)
+    return listing(request, [cons for c in visible_connections(request)
                              for ch in c.open_channels() if vhost is None or c.vhost.name == vhost
-                             for cons in ch.consumers.values()])
+                             for cons in ch.consumers.values()], shapes.consumer)
 
 
 def add_routes(app):

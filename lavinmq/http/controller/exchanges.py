@@ -12,7 +12,7 @@ async def list_exchanges(request):
     require(request, MANAGEMENT)
     exchanges = [ex for v in visible_vhosts(request) for ex in v.exchanges.values()]
     return (paging.fast_page(request, exchanges, shapes.exchange, paging.EXCHANGE_SORT)
-            or listing(request, [shapes.exchange(ex) for ex in exchanges]))
+            or listing(request, exchanges, shapes.exchange))
 
 
 async def get_exchange(request):

@@ -36,6 +36,7 @@ def _routes(operator):
         if request.method == "DELETE":
             if not vhost.policies.delete(name, operator):
                 raise not_found()
+            await vhost.policies.applied()      # applied in slices: answered once it is everywhere
             return web.Response(status=204)
         if request.method != "PUT":
             raise web.HTTPMethodNotAllowed(request.method, ["GET", "PUT", "DELETE"])
@@ -44,6 +45,7 @@ def _routes(operator):
             existed = vhost.policies.set(name, body, operator)
         except ValueError as exc:
             raise HTTPError(400, str(exc))
+        await vhost.policies.applied()
         return web.Response(status=204 if existed else 201)
 
     return list_all, one

@@ -11,7 +11,7 @@ async def list_queues(request):
     require(request, MANAGEMENT)
     queues = [q for v in visible_vhosts(request) for q in v.queues.values()]
     return (paging.fast_page(request, queues, shapes.queue, paging.QUEUE_SORT)
-            or listing(request, [shapes.queue(q) for q in queues]))
+            or listing(request, queues, shapes.queue))
 
 
 async def get_queue(request):
@@ -57,6 +57,7 @@ async def pause_queue(request):
     require(request, MANAGEMENT)
     vhost, q = queue_of(request)
     check_user(request, "configure", vhost, q.name)
+    not_exclusive(vhost, q, 10)         # another connection's exclusive queue is not ours to stop
     if request.match_info["action"] == "pause":
         q.pause()
     else:
