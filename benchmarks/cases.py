@@ -141,12 +141,59 @@ def publish_through_connection_core(tmpdir):
     return run
 
 
+class _Sink:
+    """A transport that takes every write whole and keeps nothing."""
+    def write(self, data):
+        pass
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 40000) if name in ("peername", "sockname") else None
+
+    def close(self):
+        pass
+
+
+def deliver_from_backlog(tmpdir):
+    """A no-ack consumer draining a queue's backlog: the delivery pass
+    (store shift, basic.deliver + header + body frames into the
+    connection's output, the position deleted), the connection flushed to
+    a transport after each pass, as the loop runs them."""
+    from pamqp import commands, frame
+    from lavinmq._core.connection import bench_feed
+    from lavinmq._core.queue import bench_deliver
+    from lavinmq.amqp.connection import AMQPConnection
+    from tests.helpers.inproc import FakeServer, FakeTransport, feed
+    from tests.helpers.rawclient import publish_frames
+    from tests.unit.test_connection_core import handshake
+
+    async def setup():
+        server = FakeServer(tmpdir)
+        conn = AMQPConnection(server)
+        conn.connection_made(FakeTransport())
+        conn.t = conn.transport
+        handshake(conn)
+        q = server.vhosts["/"].declare_queue("perf1", False, None, False, {})
+        bench_feed(conn, publish_frames(1, "", "perf1", b"x" * 16) * 2000, 60)       # 120,000 waiting
+        conn.transport = _Sink()        # from here on, deliveries go nowhere
+        feed(conn, frame.marshal(commands.Basic.Consume(queue="perf1", consumer_tag="c", no_ack=True), 1))
+        return server, conn, q
+
+    loop = asyncio.new_event_loop()
+    server, conn, q = loop.run_until_complete(setup())
+
+    def run(n):
+        bench_deliver(q, n)
+    run.loop = loop
+    return run
+
+
 CASES = {f.__name__: f for f in (
     codec_decode_queue_declare, codec_properties_wire_to_disk, route_direct_10k_keys,
     route_topic_1000_bindings_10k_keys, route_headers_100_bindings_1000_header_sets,
-    segment_append_shift_ack, write_deliveries, publish_through_connection_core)}
-# messages per measured call under callgrind (~50x slower than native)
-CALLGRIND_N = {"publish_through_connection_core": 20_000}
+    segment_append_shift_ack, write_deliveries, publish_through_connection_core, deliver_from_backlog)}
+# messages per measured call under callgrind (~50x slower than native);
+# deliver_from_backlog: whole delivery passes of 8,192 (DELIVERY_BUDGET)
+CALLGRIND_N = {"publish_through_connection_core": 20_000, "deliver_from_backlog": 8192}
 
 
 def _callgrind_main(argv):

@@ -9,7 +9,15 @@ Publishers and consumers run as separate lavinmqperf processes, so the load
 generator is never one process doing both. The median of --repeat runs is
 reported for each scenario. Each run declares its own queues (and exchange)
 under fresh names and deletes them afterwards. A scenario the other broker
-cannot run (an exchange type it lacks) is shown as n/a."""
+cannot run (an exchange type it lacks) is shown as n/a.
+
+--other-client PATH adds rows measured with a second load generator (LavinMQ's
+own lavinmqperf, where it is installed) for the scenarios it can run
+(OTHER_CLIENT_ROWS): a client that costs more per message is the bottleneck on
+a small machine, and both brokers should be fast with either client. With
+--baseline-rows they are the seven rows: the five, consuming a backlog and
+persistent confirms with the other client."""
+
 import argparse
 import asyncio
 import json
@@ -37,6 +45,8 @@ SCENARIOS = {
     "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume", []),
     "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume", []),
     "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume", []),
+    # issue 29: persistent messages, confirms after fsync (group commit)
+    "persistent confirms -c 1000 -p": (["-y", "0", "-c", "1000", "-p"], ["-x", "0"], "publish", []),
     # issue 15: routing at scale (one publisher connection, 16-byte messages)
     "topic 50 bindings, 1 key": (["-y", "0", "--routing-keys", "dev.{i}.temp:1"], ["-x", "0"], "consume",
                                  ["-e", "{exchange}", *TOPIC_50]),
@@ -82,10 +92,17 @@ SCENARIOS = {
     "persistent exchange, nothing bound": (["-y", "0"], None, "publish", [*PERSIST, "--bindings", "[]"]),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
+# what --other-client measures (flags LavinMQ's lavinmqperf has too); with
+# --baseline-rows only the last two (issue 29's seven rows)
+OTHER_CLIENT_ROWS = ["1 pub + 1 con (no-ack)", "publish only", "consume only (pre-filled)",
+                     "confirms -c 1000", "acks -a 100 -P 1000", "persistent confirms -c 1000 -p"]
+OTHER_CLIENT_BASELINE = ["consume only (pre-filled)", "persistent confirms -c 1000 -p"]
 
 
-def perf(uri, args, seconds):
-    cmd = [sys.executable, "-m", "lavinmq.perf", "throughput", "--uri", uri, "-j", "-z", str(seconds), *args]
+def perf(uri, args, seconds, client=None):
+    """client: another load generator's executable (LavinMQ's lavinmqperf), or ours."""
+    head = [client] if client else [sys.executable, "-m", "lavinmq.perf"]
+    cmd = [*head, "throughput", "--uri", uri, "-j", "-z", str(seconds), *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -115,7 +132,7 @@ def cleanup(uri, queues, exchanges):
     asyncio.run(run())
 
 
-def run_scenario(uri, name, seconds):
+def run_scenario(uri, name, seconds, client=None):
     pub, con, which, common = SCENARIOS[name]
     run_id = uuid.uuid4().hex[:8]
     queue, exchange = "cmp-" + run_id, "cmpx-" + run_id
@@ -127,14 +144,15 @@ def run_scenario(uri, name, seconds):
     base = ["-u", queue, *common]
     try:
         if pub == "prefill":
-            # fill for the same time, then measure draining it
+            # fill for the same time (with ours: the fill is not measured),
+            # then measure draining it
             result(perf(uri, ["-y", "0", *base], seconds))
-            return result(perf(uri, [*base, *con], seconds))["avg_consume_rate"]
+            return result(perf(uri, [*base, *con], seconds, client))["avg_consume_rate"]
         procs = []
         if con is not None:
-            procs.append(("consume", perf(uri, [*base, *con], seconds + 1)))     # con may name its own queue
+            procs.append(("consume", perf(uri, [*base, *con], seconds + 1, client)))  # con may name its own queue
             time.sleep(1.0 if "--queues" in common or "--bindings" in common else 0.5)
-        procs.append(("publish", perf(uri, [*base, *pub], seconds)))
+        procs.append(("publish", perf(uri, [*base, *pub], seconds, client)))
         rates = {}
         for kind, p in procs:
             r = result(p)
@@ -149,9 +167,9 @@ def run_scenario(uri, name, seconds):
             print(f"  cleanup: {exc}", file=sys.stderr)
 
 
-def run_or_none(uri, name, seconds):
+def run_or_none(uri, name, seconds, client=None):
     try:
-        return run_scenario(uri, name, seconds)
+        return run_scenario(uri, name, seconds, client)
     except RuntimeError as exc:
         print(f"  {name}: {exc}", file=sys.stderr)
         return None
@@ -166,14 +184,26 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="default: all")
     ap.add_argument("--baseline-rows", action="store_true", help="only the five single-queue rows")
+    ap.add_argument("--other-client", metavar="PATH",
+                    help="also measure with this load generator (LavinMQ's lavinmqperf)")
+    ap.add_argument("--other-client-name", default="lavinmqperf")
     opts = ap.parse_args(argv)
     names = opts.scenario or (BASELINE_ROWS if opts.baseline_rows else list(SCENARIOS))
+    # (row label, scenario, client)
+    rows = [(name, name, None) for name in names]
+    if opts.other_client:
+        if opts.scenario:
+            extra = [n for n in names if n in OTHER_CLIENT_ROWS]
+        else:
+            extra = OTHER_CLIENT_BASELINE if opts.baseline_rows else OTHER_CLIENT_ROWS
+        rows += [(f"{name} [{opts.other_client_name}]", name, opts.other_client) for name in extra]
+    names = [label for label, _, _ in rows]
     table = []
-    for name in names:
+    for name, scenario, client in rows:
         ours, other = [], []
         for _ in range(opts.repeat):       # alternate so drift on a shared box hits both
-            ours.append(run_or_none(opts.ours, name, opts.seconds))
-            other.append(run_or_none(opts.other, name, opts.seconds))
+            ours.append(run_or_none(opts.ours, scenario, opts.seconds, client))
+            other.append(run_or_none(opts.other, scenario, opts.seconds, client))
         a = statistics.median(x for x in ours if x is not None) if any(x is not None for x in ours) else None
         b = statistics.median(x for x in other if x is not None) if any(x is not None for x in other) else None
         table.append((name, a, b, ours, other))

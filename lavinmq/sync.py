@@ -3,9 +3,9 @@ messages they cover are on disk.
 
 Durable queues' stores put themselves on `Syncer.dirty` at their first
 write after a flush (once per flush round, never per message). A flush
-takes that list, fdatasyncs the written segment files in a worker thread
-while the event loop keeps reading, then runs everything that waited for
-it: cumulative basic.ack per channel, deferred tx.commit-ok. Whatever
+takes that list, fdatasyncs the written segment files in the flusher's
+threads (lavinmq/_core/flusher.pyx, no GIL) while the event loop keeps
+reading, then runs everything that waited for it: cumulative basic.ack per channel, deferred tx.commit-ok. Whatever
 arrived during a flush is covered by the next one, so one fdatasync serves
 every publish of the round, however many there were.
 
@@ -22,14 +22,12 @@ have it on their disks too. A single node has no replicator and pays one
 comparison per flush.
 """
 import asyncio
-import concurrent.futures
-import ctypes
 import errno
-import ctypes.util
 import logging
 import os
 
 from lavinmq import commit
+from lavinmq._core import flusher
 
 log = logging.getLogger("lavinmq.sync")
 
@@ -40,63 +38,28 @@ SYNCFS_ABOVE = 64
 # Seconds a write may wait for a flush when nothing waits for it.
 LAZY_FLUSH = 1.0
 
-# A flush's fdatasyncs run side by side: the filesystem folds concurrent
-# ones into one journal commit and one device flush, so a flush of a
-# segment and its commit record costs about one fdatasync, not two.
-FSYNC_THREADS = 8
-_fsync_pool = concurrent.futures.ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="lavinmq-fsync")
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-
-
-def _fsync_path(path, directory=False):
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    except FileNotFoundError:
-        return          # a segment dropped since (all its messages acked): nothing to keep
-    try:
-        if directory:
-            os.fsync(fd)
-        else:
-            os.fdatasync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def fsync_dir(path):
-    _fsync_path(path, directory=True)
-
-
 def flush_round(files, dirs, jobs, anchor):
-    """Runs in a worker thread: one flush. The commit records are written,
-    then made durable together with everything else: order does not matter
-    (a record whose bytes did not all make it fails its crc), only that all
-    of it is durable before the waiters run."""
-    files = list(files)
-    for job in jobs:
-        if commit.commit(job, sync=False):
-            files.append(commit.commit_path(job[0]))
-    flush_files(files, dirs, anchor)
+    """One flush in the calling thread, blocking: the commit records
+    (commit.commit's jobs) written, then all of it durable together. Order
+    does not matter (a record whose bytes did not all make it fails its
+    crc), only that all of it is durable before the waiters run. The
+    syncer runs the same steps in the flusher's threads."""
+    flusher.flush_now(files, dirs, jobs, anchor, commit.BOOT_ID, SYNCFS_ABOVE)
 
 
 def flush_files(files, dirs, anchor):
-    """Runs in a worker thread: make these files and directory entries
-    durable. `anchor` is any path on the data directory's filesystem."""
-    if len(files) + len(dirs) > SYNCFS_ABOVE:
-        fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            if _libc.syncfs(fd) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
-        finally:
-            os.close(fd)
-        return
-    work = [(path, False) for path in files] + [(path, True) for path in dirs]
-    if len(work) == 1:
-        _fsync_path(*work[0])
-        return
-    for fut in [_fsync_pool.submit(_fsync_path, path, directory) for path, directory in work]:
-        fut.result()
+    """Make these files and directory entries durable, blocking. `anchor`
+    is any path on the data directory's filesystem."""
+    flusher.flush_now(files, dirs, [], anchor, commit.BOOT_ID, SYNCFS_ABOVE)
 
 
 class Syncer:
@@ -110,6 +73,9 @@ class Syncer:
         self.retry = None        # (files, dirs, jobs) of a round that ran out of descriptors
         self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
         self._current = None     # the running flush's future
+        self._flusher = None     # lavinmq._core.flusher.Flusher, made on the loop of the first flush
+        self._loop = None
+        self._rounds = {}        # round id -> (waiters, files, dirs, jobs, future)
         self.failed = False      # a flush failed: the broker is stopping
         self.replicator = None   # a cluster's leader: lavinmq.clustering.replicator.Replicator
         self.replicating = 0     # flushes done here whose followers have not all acknowledged
@@ -168,6 +134,7 @@ class Syncer:
             if not self.flushing:
                 self._start()
             await asyncio.wait([self._current])
+        self._detach()
 
     def _start(self):
         if self.failed:
@@ -195,15 +162,43 @@ class Syncer:
                 jobs.append(job)
         # the followers get the flush first: their round trip is the longer one
         rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, flush_round, files, sorted(dirs), jobs, self.data_dir)
-        fut.add_done_callback(lambda f: self._done(f, waiters, files, dirs, jobs, rnd))
-        self._current = fut
+        self._submit(files, sorted(dirs), jobs, waiters, rnd)
 
-    def _done(self, fut, waiters, files=(), dirs=(), jobs=(), rnd=None):
+    def _submit(self, files, dirs, jobs, waiters, rnd):
+        loop = asyncio.get_running_loop()
+        if self._flusher is None or self._loop is not loop:
+            self._attach(loop)
+        fut = loop.create_future()
+        self._current = fut
+        try:
+            rid = self._flusher.submit(files, dirs, jobs, self.data_dir, commit.BOOT_ID)
+        except OSError as exc:
+            fut.set_result(None)
+            self._done(exc, waiters, files, dirs, jobs, rnd)
+            return
+        self._rounds[rid] = (waiters, files, dirs, jobs, fut, rnd)
+
+    def _attach(self, loop):
+        """The flusher wakes this loop through an eventfd, as a socket would."""
+        self._detach()
+        self._flusher = flusher.Flusher(SYNCFS_ABOVE)
+        self._loop = loop
+        loop.add_reader(self._flusher.fileno(), self._on_rounds)
+
+    def _detach(self):
+        if self._flusher is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._flusher.fileno())
+        self._flusher = self._loop = None
+
+    def _on_rounds(self):
+        for rid, err in self._flusher.take_done():
+            waiters, files, dirs, jobs, fut, rnd = self._rounds.pop(rid)
+            fut.set_result(None)
+            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs, rnd)
+
+    def _done(self, exc, waiters, files=(), dirs=(), jobs=(), rnd=None):
         self.flushing = False
         self.flushes += 1
-        exc = fut.exception()
         if exc is not None and rnd is not None:
             rnd.flushed(None)       # its confirms wait for a later flush, or never come
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):

@@ -1,32 +1,8 @@
 # Byte buffers for the wire: a growable WriteBuffer that frames are built in
 # (lengths back-patched), and inline big/little-endian readers over raw memory.
+cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
-
-
-cdef class WriteBuffer:
-    cdef:
-        char *buf
-        Py_ssize_t len
-        Py_ssize_t cap
-        Py_ssize_t frame_start   # where the open frame's header begins
-
-    cdef int reserve(self, Py_ssize_t extra) except -1
-    cdef inline int write_u8(self, uint8_t v) except -1
-    cdef inline int write_u16(self, uint16_t v) except -1
-    cdef inline int write_u32(self, uint32_t v) except -1
-    cdef inline int write_u64(self, uint64_t v) except -1
-    cdef int write_raw(self, const char *data, Py_ssize_t n) except -1
-    cdef int write_bytes(self, bytes data) except -1
-    cdef int write_shortstr(self, const char *data, Py_ssize_t n) except -1
-    cdef int write_shortstr_obj(self, object s) except -1
-    cdef int write_longstr_obj(self, object s) except -1
-    cdef int start_frame(self, uint8_t frame_type, uint16_t channel) except -1
-    cdef int end_frame(self) except -1
-    cdef int start_method(self, uint16_t channel, uint16_t class_id, uint16_t method_id) except -1
-    cdef bytes take(self)
-    cdef void clear(self)
-    cdef void shrink(self, Py_ssize_t keep)
 
 
 # -- raw readers; the caller has checked the bounds ---------------------------
@@ -79,6 +55,102 @@ cdef inline void put_le32(char *p, uint32_t v) noexcept nogil:
 
 cdef inline void put_le16(char *p, uint16_t v) noexcept nogil:
     memcpy(p, &v, 2)
+
+
+# final and the hot writers inline, here: a delivery writes ~12 fields, and
+# as vtable calls into another module each cost more than the bytes it wrote
+@cython.final
+cdef class WriteBuffer:
+    cdef:
+        char *buf
+        Py_ssize_t len
+        Py_ssize_t cap
+        Py_ssize_t frame_start   # where the open frame's header begins
+
+    cdef int grow(self, Py_ssize_t extra) except -1
+
+    cdef inline int reserve(self, Py_ssize_t extra) except -1:
+        if self.len + extra <= self.cap:
+            return 0
+        return self.grow(extra)
+
+    cdef inline int write_u8(self, uint8_t v) except -1:
+        if self.len + 1 > self.cap:
+            self.grow(1)
+        self.buf[self.len] = <char>v
+        self.len += 1
+        return 0
+
+    cdef inline int write_u16(self, uint16_t v) except -1:
+        if self.len + 2 > self.cap:
+            self.grow(2)
+        put_be16(self.buf + self.len, v)
+        self.len += 2
+        return 0
+
+    cdef inline int write_u32(self, uint32_t v) except -1:
+        if self.len + 4 > self.cap:
+            self.grow(4)
+        put_be32(self.buf + self.len, v)
+        self.len += 4
+        return 0
+
+    cdef inline int write_u64(self, uint64_t v) except -1:
+        if self.len + 8 > self.cap:
+            self.grow(8)
+        put_be64(self.buf + self.len, v)
+        self.len += 8
+        return 0
+
+    cdef inline int write_raw(self, const char *data, Py_ssize_t n) except -1:
+        if self.len + n > self.cap:
+            self.grow(n)
+        memcpy(self.buf + self.len, data, n)
+        self.len += n
+        return 0
+
+    cdef inline int write_shortstr(self, const char *data, Py_ssize_t n) except -1:
+        if n > 255:
+            raise ValueError("shortstr longer than 255 bytes")
+        if self.len + 1 + n > self.cap:
+            self.grow(1 + n)
+        self.buf[self.len] = <char>n
+        memcpy(self.buf + self.len + 1, data, n)
+        self.len += 1 + n
+        return 0
+
+    cdef inline int start_frame(self, uint8_t frame_type, uint16_t channel) except -1:
+        if self.len + 7 > self.cap:
+            self.grow(7)
+        self.frame_start = self.len
+        self.buf[self.len] = <char>frame_type
+        put_be16(self.buf + self.len + 1, channel)
+        self.len += 7
+        return 0
+
+    cdef inline int end_frame(self) except -1:
+        put_be32(self.buf + self.frame_start + 3, <uint32_t>(self.len - self.frame_start - 7))
+        self.frame_start = -1
+        return self.write_u8(0xCE)
+
+    cdef inline int start_method(self, uint16_t channel, uint16_t class_id, uint16_t method_id) except -1:
+        if self.len + 11 > self.cap:
+            self.grow(11)
+        self.frame_start = self.len
+        self.buf[self.len] = <char>1
+        put_be16(self.buf + self.len + 1, channel)
+        put_be16(self.buf + self.len + 7, class_id)
+        put_be16(self.buf + self.len + 9, method_id)
+        self.len += 11
+        return 0
+
+    cdef int write_bytes(self, bytes data) except -1
+    cdef int write_shortstr_obj(self, object s) except -1
+    cdef int write_longstr_obj(self, object s) except -1
+    cdef int send(self, object transport) except -1
+    cdef bytes take(self)
+    cdef void clear(self)
+    cdef void shrink(self, Py_ssize_t keep)
 
 
 # A bounds-checked cursor over untrusted bytes. Every read goes through

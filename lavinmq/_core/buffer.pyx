@@ -1,11 +1,37 @@
 # cython: language_level=3
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport Py_REFCNT
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdlib cimport malloc, realloc, free
 
 from lavinmq.errors import FrameError, SyntaxError_
 
 DEF_CAP = 16384
+
+cdef enum:
+    # below this a write goes out as a bytes copy: cheaper than lending
+    COPY_BELOW = 16384
+
+
+cdef class OutBlock:
+    """A WriteBuffer's memory lent to a transport (read-only, through a
+    memoryview). The transport sends it at once and keeps nothing, and the
+    buffer takes its memory back; or it keeps a view of what it could not
+    send yet, and the block frees the memory when the last view goes."""
+    cdef char *buf
+    cdef Py_ssize_t len
+    cdef int exports
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, self.buf, self.len, 1, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self.exports -= 1
+
+    def __dealloc__(self):
+        free(self.buf)
 
 
 cdef class WriteBuffer:
@@ -23,7 +49,8 @@ cdef class WriteBuffer:
     def __dealloc__(self):
         free(self.buf)
 
-    cdef int reserve(self, Py_ssize_t extra) except -1:
+    cdef int grow(self, Py_ssize_t extra) except -1:
+        """The slow half of reserve: room for `extra` more bytes."""
         cdef Py_ssize_t need = self.len + extra
         cdef Py_ssize_t cap = self.cap
         cdef char *nb
@@ -38,47 +65,8 @@ cdef class WriteBuffer:
         self.cap = cap
         return 0
 
-    cdef inline int write_u8(self, uint8_t v) except -1:
-        self.reserve(1)
-        self.buf[self.len] = <char>v
-        self.len += 1
-        return 0
-
-    cdef inline int write_u16(self, uint16_t v) except -1:
-        self.reserve(2)
-        put_be16(self.buf + self.len, v)
-        self.len += 2
-        return 0
-
-    cdef inline int write_u32(self, uint32_t v) except -1:
-        self.reserve(4)
-        put_be32(self.buf + self.len, v)
-        self.len += 4
-        return 0
-
-    cdef inline int write_u64(self, uint64_t v) except -1:
-        self.reserve(8)
-        put_be64(self.buf + self.len, v)
-        self.len += 8
-        return 0
-
-    cdef int write_raw(self, const char *data, Py_ssize_t n) except -1:
-        self.reserve(n)
-        memcpy(self.buf + self.len, data, n)
-        self.len += n
-        return 0
-
     cdef int write_bytes(self, bytes data) except -1:
         return self.write_raw(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
-
-    cdef int write_shortstr(self, const char *data, Py_ssize_t n) except -1:
-        if n > 255:
-            raise ValueError("shortstr longer than 255 bytes")
-        self.reserve(1 + n)
-        self.buf[self.len] = <char>n
-        memcpy(self.buf + self.len + 1, data, n)
-        self.len += 1 + n
-        return 0
 
     cdef int write_shortstr_obj(self, object s) except -1:
         cdef bytes b = s.encode("utf-8", "surrogateescape") if PyUnicode_Check(s) else bytes(s)
@@ -89,25 +77,44 @@ cdef class WriteBuffer:
         self.write_u32(<uint32_t>PyBytes_GET_SIZE(b))
         return self.write_bytes(b)
 
-    cdef int start_frame(self, uint8_t frame_type, uint16_t channel) except -1:
-        self.reserve(7)
-        self.frame_start = self.len
-        self.buf[self.len] = <char>frame_type
-        put_be16(self.buf + self.len + 1, channel)
-        self.len += 7
-        return 0
-
-    cdef int end_frame(self) except -1:
-        put_be32(self.buf + self.frame_start + 3, <uint32_t>(self.len - self.frame_start - 7))
-        self.frame_start = -1
-        return self.write_u8(0xCE)
-
-    cdef int start_method(self, uint16_t channel, uint16_t class_id, uint16_t method_id) except -1:
-        self.start_frame(1, channel)
-        self.reserve(4)
-        put_be16(self.buf + self.len, class_id)
-        put_be16(self.buf + self.len + 2, method_id)
-        self.len += 4
+    cdef int send(self, object transport) except -1:
+        """Hand the contents to transport.write and empty the buffer. A big
+        output (a delivery pass's) is lent, not copied: uvloop writes it to
+        the socket at once and keeps nothing (the usual case), and the
+        memory is reused; a copy into a fresh bytes of 256 KiB is a new
+        mmap, 64 page faults and a munmap per write (glibc maps blocks that
+        big: see connection.pyx). Only when the transport keeps part of it
+        (a full socket) does the buffer take new memory."""
+        cdef OutBlock blk
+        cdef object view
+        cdef char *nb
+        if self.len < COPY_BELOW:
+            view = PyBytes_FromStringAndSize(self.buf, self.len)
+            self.len = 0
+            transport.write(view)
+            return 0
+        blk = OutBlock.__new__(OutBlock)
+        blk.buf = self.buf
+        blk.len = self.len
+        self.buf = NULL
+        self.len = 0
+        try:
+            view = memoryview(blk)
+            transport.write(view)
+            view = None             # ours released; a view the transport kept lives on
+        finally:
+            if blk.exports == 0 and Py_REFCNT(blk) == 1:
+                self.buf = blk.buf          # sent and forgotten: ours again
+                blk.buf = NULL
+            else:
+                nb = <char *>malloc(self.cap)
+                if nb is NULL:
+                    # nothing to write into: a small buffer, grown again on use
+                    self.cap = DEF_CAP
+                    nb = <char *>malloc(self.cap)
+                    if nb is NULL:
+                        raise MemoryError()
+                self.buf = nb
         return 0
 
     cdef bytes take(self):

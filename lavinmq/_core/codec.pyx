@@ -304,9 +304,14 @@ cdef int encode_method_args(WriteBuffer wb, int class_id, int method_id, tuple a
     return 0
 
 
+cdef extern from *:
+    int __builtin_clz(unsigned int x) nogil
+
+
 cdef Py_ssize_t props_convert(const char *src, Py_ssize_t avail, char *dst, bint src_le) except -1:
     cdef Py_ssize_t pos = 2
     cdef uint16_t flags
+    cdef unsigned int rest
     cdef uint32_t n32
     cdef uint64_t v64
     cdef int i, t
@@ -323,9 +328,11 @@ cdef Py_ssize_t props_convert(const char *src, Py_ssize_t avail, char *dst, bint
             put_be16(dst, flags)
         else:
             put_le16(dst, flags)
-    for i in range(14):
-        if not (flags & (1 << (15 - i))):
-            continue
+    rest = flags & 0xFFFC
+    while rest:
+        # only the properties present: most messages carry one or two of 14
+        i = __builtin_clz(rest) - 16        # 0 for bit 15 (content_type), ...
+        rest &= ~(1 << (15 - i))
         t = PROP_TYPES[i]
         if t == 1:  # shortstr
             if pos + 1 > avail:
@@ -412,9 +419,11 @@ def decode_properties(bytes data, bint little_endian=False):
     r.pos = 0
     flags = read_u16(&r)
     out = {}
-    for i in range(14):
-        if not (flags & (1 << (15 - i))):
-            continue
+    rest = flags & 0xFFFC
+    while rest:
+        # only the properties present: most messages carry one or two of 14
+        i = __builtin_clz(rest) - 16        # 0 for bit 15 (content_type), ...
+        rest &= ~(1 << (15 - i))
         t = PROP_TYPES[i]
         name = PROPERTY_NAMES[i]
         if t == 1:

@@ -133,7 +133,7 @@ cdef class CoreConnection:
             return
         self.state.send_oct += wb.len
         self.last_send = monotonic()
-        self.transport.write(wb.take())
+        wb.send(self.transport)
 
     # -- frame parsing -------------------------------------------------------
 

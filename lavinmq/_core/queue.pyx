@@ -411,6 +411,9 @@ cdef class Queue:
         if self.single_active:
             c = self.x.active
             return c if c is not None and c.has_capacity() else None
+        if n == 1:
+            c = <ConsumerBase>self.consumers[0]
+            return c if c.has_capacity() else None
         for i in range(n):
             idx = (self.rr + i) % n
             c = <ConsumerBase>self.consumers[idx]
@@ -727,3 +730,19 @@ def bench_expire(Queue q):
     n = q.expire_head(now_ms(), True)
     q.store.flush_acks()
     return n
+
+
+def bench_deliver(Queue q, uint64_t n):
+    """Benchmarks: n deliveries from q's backlog to its consumers in
+    delivery passes as the loop runs them (DELIVERY_BUDGET each, the ack
+    positions written and the connections flushed after each), without an
+    event loop: n should be a multiple of the budget."""
+    cdef uint64_t start = q.deliver_count
+    while q.deliver_count - start < n and q.store.ready:
+        q.scheduled = True          # a pass that runs out of budget does not reschedule
+        q.deliver_pending()
+        q.scheduled = False
+        q.store.flush_acks()
+        for fn in _after_hooks:
+            fn()
+    return q.deliver_count - start

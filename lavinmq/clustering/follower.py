@@ -14,6 +14,8 @@ the new one, so the marker file .clustering_syncing says so from the first
 change until the sync is complete and on disk, and a node with the marker
 does not campaign: an interrupted sync never leads.
 """
+import ctypes
+import ctypes.util
 import logging
 import os
 import shutil
@@ -24,7 +26,9 @@ import time
 
 from lavinmq import commit as commits
 from lavinmq.clustering import files, protocol
-from lavinmq.sync import _libc, flush_files, fsync_dir
+from lavinmq.sync import flush_files, fsync_dir
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 log = logging.getLogger("lavinmq.clustering.follower")
 

@@ -4,6 +4,8 @@ closed the listener on EMFILE and a failed open() in the flush stopped the
 broker)."""
 import asyncio
 import errno
+import os
+import resource
 import socket
 
 from lavinmq import listener as listener_mod, sync
@@ -69,25 +71,33 @@ async def test_emfile_on_accept_pauses_then_accepts(monkeypatch):
 
 
 async def test_flush_out_of_descriptors_retries_instead_of_stopping(tmp_path, monkeypatch):
-    calls = []
-    real = sync.flush_files
-
-    def flaky(files, dirs, anchor):
-        calls.append(list(files))
-        if len(calls) == 1:
-            raise OSError(errno.EMFILE, "Too many open files")
-        real(files, dirs, anchor)
-
+    # the flusher's threads really run out: the process's descriptor limit
+    # is lowered to what is open now, so their open() fails with EMFILE
     killed = []
-    monkeypatch.setattr(sync, "flush_files", flaky)
     monkeypatch.setattr(sync.os, "kill", lambda pid, sig: killed.append(sig))
     path = tmp_path / "f"
     path.write_bytes(b"x")
     syncer = sync.Syncer(str(tmp_path))
     syncer.add_file(str(path))
-    done = asyncio.Event()
-    syncer.after_flush(done.set)
+    first = asyncio.Event()
+    syncer.after_flush(first.set)       # a flush that works: the flusher is set up
+    await asyncio.wait_for(first.wait(), 5)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    probe = os.dup(0)
+    os.close(probe)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))
+    try:
+        syncer.add_file(str(path))
+        done = asyncio.Event()
+        syncer.after_flush(done.set)
+        for _ in range(250):
+            if syncer.retry is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert syncer.retry is not None and not done.is_set(), "the flush did not wait for descriptors"
+        assert syncer.retry[0] == [str(path)]       # the same file, to flush again
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     await asyncio.wait_for(done.wait(), 5)
     assert killed == []
-    assert calls == [[str(path)], [str(path)]]      # the same file flushed again
-    assert syncer.idle
+    assert syncer.idle and syncer.flushes == 3

@@ -3,33 +3,36 @@ flush runs only after the flush that covers it, and everything written
 while one flush runs is covered by a single next one."""
 import asyncio
 import os
-import threading
 
 import pytest
 
-from lavinmq import sync
+from lavinmq import commit, sync
+from lavinmq._core import flusher
 from lavinmq._core.segment import MessageStore
 from tests.unit.records import record
 
 
 @pytest.fixture
 def flushes(monkeypatch):
-    """Record each flush's files; a flush blocks until the test lets it go."""
+    """Record each flush's files (with its commit records); a flush waits
+    until the test lets it go (the flusher's gate)."""
     calls = []
     gates = []
-    real = sync.flush_files
+    real = sync.Syncer._submit
 
-    def gated(files, dirs, anchor):
-        gate = threading.Event()
-        gates.append(gate)
-        calls.append((sorted(files), list(dirs)))
-        gate.wait(10)
-        real(files, dirs, anchor)
+    class Gate:
+        def set(self):
+            flusher.open_gate(1)
 
-    monkeypatch.setattr(sync, "flush_files", gated)
+    def recorded(self, files, dirs, jobs, waiters, rnd):
+        calls.append((sorted(list(files) + [commit.commit_path(job[0]) for job in jobs]), list(dirs)))
+        gates.append(Gate())
+        real(self, files, dirs, jobs, waiters, rnd)
+
+    flusher.gate(0)
+    monkeypatch.setattr(sync.Syncer, "_submit", recorded)
     yield calls, gates
-    for gate in gates:
-        gate.set()
+    flusher.gate(-1)
 
 
 async def until(cond, timeout=5):

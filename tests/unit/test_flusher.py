@@ -1,0 +1,115 @@
+"""The flusher (lavinmq/_core/flusher.pyx): the group commit's disk work in
+threads without the GIL. Its checksum is zlib's, the commit slot it writes
+is byte for byte the one lavinmq/commit.py writes, and rounds come back in
+the order they were submitted, with the errno of what failed."""
+import os
+import select
+import time
+import zlib
+
+import pytest
+
+from lavinmq import commit, sync
+from lavinmq._core import flusher
+from lavinmq._core.segment import MessageStore
+from tests.unit.records import record
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 63, 4096, 100_003])
+def test_crc32_is_zlibs(n):
+    data = os.urandom(n + 3)
+    for start in (0, 1, 3):        # unaligned starts take the byte-wise head
+        view = memoryview(data)[start:start + n]
+        assert flusher.crc32(view) == zlib.crc32(view)
+        assert flusher.crc32(view, 0xDEADBEEF) == zlib.crc32(view, 0xDEADBEEF)
+
+
+def test_slot_is_the_one_commit_py_writes(tmp_path):
+    store = MessageStore(str(tmp_path / "q"), 4096, None, sync.Syncer(str(tmp_path)))
+    for i in range(300):                        # several segments of 4 KiB
+        store.py_append(record(b"m%d" % i))
+    files, directory, job = store.take_sync()
+    assert job is not None and len(job[4]) > 2
+    commit.commit(job, sync=False)
+    with open(commit.commit_path(job[0]), "rb") as f:
+        by_python = f.read()
+    with open(commit.commit_path(job[0]), "r+b") as f:     # the slot wiped, the rest kept
+        f.seek((job[1] & 1) * commit.SLOT_SPACING)
+        f.write(bytes(len(by_python) - (job[1] & 1) * commit.SLOT_SPACING))
+    flusher.flush_now(files, [directory], [job], str(tmp_path), commit.BOOT_ID)
+    with open(commit.commit_path(job[0]), "rb") as f:
+        by_flusher = f.read()
+    assert by_flusher == by_python
+    exists, slot = commit.read_newest(job[0])
+    assert exists and slot.seq == job[1] and all(end for end, _ in slot.entries)
+    store.close()
+
+
+def test_a_gone_segment_gets_an_empty_entry(tmp_path):
+    store = MessageStore(str(tmp_path / "q"), 4096, None, sync.Syncer(str(tmp_path)))
+    store.py_append(record(b"only"))
+    files, directory, job = store.take_sync()
+    ends = [(seg_id, end) for seg_id, end in job[4]] + [(job[4][-1][0] + 1, 999)]     # never written
+    flusher.flush_now(files, [], [(job[0], job[1], job[2], job[3], ends)], str(tmp_path), commit.BOOT_ID)
+    _, slot = commit.read_newest(job[0])
+    assert slot.entries[-1] == (0, 0) and slot.entries[0][0] > 0
+    store.close()
+
+
+def wait_done(fl, n, timeout=10):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        assert time.monotonic() < deadline, out
+        select.select([fl.fileno()], [], [], 0.1)
+        out.extend(fl.take_done())
+    return out
+
+
+def test_rounds_come_back_in_order_with_their_errors(tmp_path):
+    fl = flusher.Flusher()
+    paths = []
+    for i in range(20):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"x" * i)
+        paths.append(str(p))
+    blocker = tmp_path / "plain-file"
+    blocker.write_bytes(b"")
+    ids = [fl.submit(paths[:i + 1], [str(tmp_path)], [], str(tmp_path), commit.BOOT_ID) for i in range(10)]
+    bad = fl.submit([str(blocker / "under-a-file")], [], [], str(tmp_path), commit.BOOT_ID)
+    gone = fl.submit([str(tmp_path / "never-existed")], [], [], str(tmp_path), commit.BOOT_ID)
+    many = fl.submit(paths, [], [], str(tmp_path), commit.BOOT_ID)      # past syncfs_above? no: 20 files
+    done = wait_done(fl, 13)
+    assert [rid for rid, _ in done] == ids + [bad, gone, many]
+    errs = dict(done)
+    assert all(errs[i] == 0 for i in ids)
+    assert errs[bad] == 20              # ENOTDIR: a real failure is reported, not swallowed
+    assert errs[gone] == 0              # a file gone meanwhile has nothing to keep
+    assert errs[many] == 0 and fl.inflight == 0
+
+
+def test_many_files_take_one_syncfs(tmp_path):
+    fl = flusher.Flusher(syncfs_above=4)
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"y")
+        paths.append(str(p))
+    rid = fl.submit(paths, [], [], str(tmp_path), commit.BOOT_ID)
+    assert wait_done(fl, 1) == [(rid, 0)]
+    with pytest.raises(OSError):
+        flusher.flush_now(paths, [], [], str(tmp_path / "no-such-anchor"), commit.BOOT_ID, 4)
+
+
+def test_a_flusher_dropped_with_rounds_running_frees_them(tmp_path):
+    fl = flusher.Flusher()
+    flusher.gate(0)
+    try:
+        fl.submit([str(tmp_path)], [], [], str(tmp_path), commit.BOOT_ID)
+        assert fl.inflight == 1
+        del fl                          # the round still queued: it frees itself when done
+    finally:
+        flusher.gate(-1)
+    other = flusher.Flusher()           # the workers still serve everyone
+    rid = other.submit([], [str(tmp_path)], [], str(tmp_path), commit.BOOT_ID)
+    assert wait_done(other, 1) == [(rid, 0)]
