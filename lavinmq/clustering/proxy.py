@@ -95,6 +95,11 @@ class _ClientSide(_Side):
         if self.closed:
             leader.close()
             return
+        if leader.closed:
+            # the leader hung up before the pipe was joined (it is stopping):
+            # nothing can be written to it, and the client goes too
+            self.close()
+            return
         self.other = leader
         for data in self.early:
             leader.transport.write(data)

@@ -188,4 +188,9 @@ def test_worker_jvm_killed_mid_batch(spark, cluster, broker, stream, tmp_path, a
           f"was half done\n{counts}")
     assert left == [], f"processes of the killed worker still run: {left}"
     assert counts["task attempts killed (read, sink)"][1] >= 1
-    assert counts["repeated ids dropped by the broker"] > 0
+    # No claim here on how many repeats the broker dropped: the two executors
+    # run a sink task each, and the plain queue's count cannot tell whether the
+    # task on the killed worker had published yet (once in a full run it had
+    # not: 0 repeats). Exactly once is what check() asserted: every offset
+    # once in Parquet, every id once in the deduplicated queue, nothing else;
+    # test_python_workers_killed_mid_batch shows the broker dropping repeats.
