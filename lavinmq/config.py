@@ -304,7 +304,7 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 # Known to LavinMQ and harmless to ignore here (socket tuning, how much
 # history to keep, ...): accepted with an info line. The README lists them.
 HARMLESS_KEYS = {
-    "main": {"tls_ktls", "stats_log_size", "socket_buffer_size", "tcp_nodelay", "tcp_keepalive",
+    "main": {"stats_log_size", "socket_buffer_size", "tcp_nodelay", "tcp_keepalive",
              "tcp_recv_buffer_size", "tcp_send_buffer_size", "free_disk_warn", "consumer_timeout_loop_interval",
              "max_deleted_definitions"},
     "amqp": set(),
@@ -318,7 +318,7 @@ HARMLESS_KEYS = {
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
 UNSUPPORTED_KEYS = {
-    "main": set(),
+    "main": {"tls_ktls"},       # kernel TLS offload
     "amqp": {"amqp_systemd_socket_name"},
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"mqtt_systemd_socket_name"},
@@ -530,9 +530,12 @@ def apply_args(config, args):
     if args.tls_ktls is not None:
         if args.tls_ktls.strip().lower() not in BOOL_WORDS:      # a boolean, as LavinMQ reads it
             raise ConfigError(f"--tls-ktls: {args.tls_ktls!r} is not a boolean (true/false)")
-        config.warnings.append("--tls-ktls has no effect here (no kernel TLS offload), ignored")
+        if args.tls_ktls.strip().lower() not in OFF_VALUES:
+            # asked for and not there: refused, as an unsupported ini key is
+            raise ConfigError("--tls-ktls: kernel TLS offload is not supported by this broker (--tls-ktls false)")
     if args.raise_gc_warn:
-        config.warnings.append("--raise-gc-warn has no effect here (Crystal's garbage collector), ignored")
+        raise ConfigError("--raise-gc-warn: warnings of LavinMQ's Crystal garbage collector; "
+                          "not supported by this broker")
     if args.debug:
         config.set("log_level", "debug", "--debug")
     if args.no_sync:
@@ -609,8 +612,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="(deprecated) same as --default-password-hash")
     p.add_argument("--guest-only-loopback", dest="deprecated_default_user_only_loopback", metavar="BOOL",
                    help="(deprecated) same as --default-user-only-loopback")
-    p.add_argument("--tls-ktls", dest="tls_ktls", metavar="BOOL", help="accepted for LavinMQ's sake, no effect")
-    p.add_argument("--raise-gc-warn", action="store_true", help="accepted for LavinMQ's sake, no effect")
+    p.add_argument("--tls-ktls", dest="tls_ktls", metavar="BOOL",
+                   help="kernel TLS offload: not supported here (true is refused, false accepted)")
+    p.add_argument("--raise-gc-warn", action="store_true",
+                   help="LavinMQ's Crystal GC warnings: not supported here (refused)")
     p.add_argument("--no-data-dir-lock", action="store_true", help="do not flock DATA_DIR/.lock")
     p.add_argument("--no-sync", action="store_true",
                    help="send confirms once messages are written, without waiting for the disk "
