@@ -17,9 +17,11 @@ was last active (churn.IDLE_SINCE, the API's idle_since).
 """
 import array
 import asyncio
+import os
 import time
 
 from lavinmq import churn
+from lavinmq.process import open_fds, resident_memory
 
 RING = 120        # samples kept per object, LavinMQ's stats_log_size default: 10 min at 5 s
 
@@ -133,9 +135,6 @@ def sum_counters(dicts):
 
 
 def node_gauges(server):
-    import os
-    from lavinmq.process import resident_memory
-    from lavinmq.process import open_fds
     st = os.statvfs(server.data_dir)
     return {"disk_free": st.f_bavail * st.f_frsize, "fd_used": open_fds(),
             "mem_used": resident_memory(), "sockets_used": server.guard.total}
