@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -112,6 +113,15 @@ def test_loopback_clients_get_no_keepalive_but_the_buffer_sizes(tmp_path):
             block = settled(b.port, raw.getsockname()[1])
             assert keepalive_timer(block) is None, block       # LavinMQ's rule: not for loopback peers
             assert skmem(block, "rb") == 2 * 49152, block      # not the kernel's default 131072
+        # SIGHUP: sockets accepted from then on get the file's new options
+        ini.write_text("[main]\ntcp_recv_buffer_size = 40960\n")
+        b.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while "config reloaded" not in b.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", b.port)) as raw:
+            time.sleep(0.3)
+            assert skmem(settled(b.port, raw.getsockname()[1]), "rb") == 2 * 40960
     finally:
         b.stop()
 
@@ -178,7 +188,7 @@ def test_consumer_timeout_loop_interval(tmp_path):
 
         hold_one()          # closed at a check: the next check is 2 s after it
         gap = hold_one()
-        assert 1.6 < gap < 3.0, gap
+        assert 1.3 < gap < 3.0, gap      # with checks every second it would be under 1 s
         conn.close()
     finally:
         b.stop()
