@@ -1,6 +1,7 @@
 """Resource alarms, as RabbitMQ's: below free_disk_min free disk or above
 vm_memory_high_watermark resident memory, publishers are blocked
-(connection.blocked) until the resource comes back."""
+(connection.blocked) until the resource comes back. Below free_disk_warn
+(LavinMQ's) a warning is logged first."""
 import logging
 import os
 import time
@@ -14,6 +15,7 @@ class ResourceAlarms:
     def __init__(self, server):
         self.server = server
         self.disk = False
+        self.disk_warning = False   # below free_disk_warn
         self.memory = False
         self.memory_limit = 0
 
@@ -65,11 +67,14 @@ class ResourceAlarms:
     def check_disk(self):
         config = self.server.config
         limit = config.disk_free_limit
+        warn_limit = disk_warn_limit(config)
         low = False
-        if limit:
+        free = None
+        if limit or warn_limit:
             st = os.statvfs(config.data_dir)
             free = st.f_bavail * st.f_frsize
-            low = free < limit
+            low = bool(limit) and free < limit
+        self._check_disk_warning(free, warn_limit)
         if low == self.disk:
             return
         self.disk = low
@@ -80,11 +85,33 @@ class ResourceAlarms:
             log.warning("disk alarm cleared: publishers unblocked")
         self._changed()
 
+    def _check_disk_warning(self, free, warn_limit):
+        """LavinMQ's free_disk_warn: a warning when free space falls below
+        it (and below 6 segments), before the alarm blocks publishers; once
+        on the way down, and a line when it is back above."""
+        low = free is not None and bool(warn_limit) and free < warn_limit
+        if low == self.disk_warning:
+            return
+        self.disk_warning = low
+        if low:
+            log.warning("low on disk space: %d bytes free in %s, below %d (free_disk_warn)",
+                        free, self.server.config.data_dir, warn_limit)
+        else:
+            log.info("disk space no longer low (free_disk_warn)")
+
     def _changed(self):
         blocked = self.disk or self.memory
         reason = self.reason or "low on memory"
         for conn in list(self.server.connections):
             conn.set_blocked(blocked, reason)
+
+
+def disk_warn_limit(config):
+    """Bytes free below which a warning is logged: free_disk_warn, but never
+    below 6 segments (LavinMQ's floor), unless the disk alarm is off
+    (free_disk_min = 0) and free_disk_warn is not set."""
+    floor = 0 if config.free_disk_min == 0 else 6 * config.segment_size
+    return max(floor, config.free_disk_warn)
 
 
 def total_memory():

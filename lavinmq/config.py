@@ -54,6 +54,13 @@ class Config:
     default_user_only_loopback: bool = True
     max_message_size: int = 128 * 1024 * 1024
     free_disk_min: int | None = None     # None: 3 segments (LavinMQ's floor); 0 turns the alarm off
+    free_disk_warn: int = 0              # a warning below this many bytes free (and below 6 segments)
+    max_deleted_definitions: int = 8192  # removals in definitions.amqp before it is compacted
+    # TCP options of accepted AMQP/MQTT sockets (lavinmq.sockopts)
+    tcp_nodelay: bool = True
+    tcp_keepalive: tuple | None = (60, 10, 3)   # idle s, interval s, probes; None: off
+    tcp_recv_buffer_size: int | None = None     # SO_RCVBUF; None: the kernel's autotuning
+    tcp_send_buffer_size: int | None = None     # SO_SNDBUF
     sync: bool = True       # confirms and tx.commit-ok wait until the messages are on disk
     vm_memory_high_watermark: float = 0.4   # RSS above this share of memory blocks publishers (RabbitMQ's)
     amqp_bind: str = "127.0.0.1"
@@ -67,7 +74,12 @@ class Config:
     metrics_http_port: int = 15692
     control_unix_path: str = ""         # "" = DATA_DIR/lavinmqctl.sock
     stats_interval: int = 5000          # ms between samples for the API's rates
+    stats_log_size: int = 120           # samples of rate history kept (LavinMQ's: 10 min at 5 s)
     consumer_timeout: int | None = None  # ms an unacked delivery may be held (off: None, as LavinMQ)
+    # s between checks of it: LavinMQ's default is 60 (a timeout may fire up to
+    # a minute late); here 1, the heartbeat round's, which checks only
+    # connections with unacked deliveries
+    consumer_timeout_loop_interval: int = 1
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
     pidfile: str | None = None           # the broker's pid is written here while it runs
@@ -226,6 +238,18 @@ OPTIONS = {
     "metrics_http_port": Option("int", (("main", "metrics_http_port"),), **PORT),
     "control_unix_path": Option("str", (("main", "control_unix_path"),), ("LAVINMQ_CONTROL_UNIX_PATH",)),
     "stats_interval": Option("int", (("main", "stats_interval"),), lo=100, hi=3_600_000),
+    "stats_log_size": Option("int", (("main", "stats_log_size"),), lo=2, hi=10_000),   # 28 B/sample/queue
+    "consumer_timeout_loop_interval": Option("int", (("main", "consumer_timeout_loop_interval"),), lo=1,
+                                             hi=86400),
+    "free_disk_warn": Option("int", (("main", "free_disk_warn"),), lo=0, hi=2 ** 63 - 1),
+    "max_deleted_definitions": Option("int", (("main", "max_deleted_definitions"),), lo=1, hi=2 ** 31 - 1),
+    "tcp_nodelay": Option("bool", (("main", "tcp_nodelay"),)),
+    "tcp_keepalive": Option("keepalive", (("main", "tcp_keepalive"),)),
+    # as SO_RCVBUF/SO_SNDBUF take them (an int); 0 or empty: the kernel's default
+    "tcp_recv_buffer_size": Option("int", (("main", "tcp_recv_buffer_size"),), lo=0, hi=2 ** 31 - 1,
+                                   optional=True),
+    "tcp_send_buffer_size": Option("int", (("main", "tcp_send_buffer_size"),), lo=0, hi=2 ** 31 - 1,
+                                   optional=True),
     "consumer_timeout": Option("int", (("main", "consumer_timeout"), ("amqp", "consumer_timeout")),
                                lo=1, hi=2 ** 63 - 1, optional=True),
     "default_consumer_prefetch": Option("int", (("main", "default_consumer_prefetch"),
@@ -301,12 +325,11 @@ OPTIONS = {
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
-# Known to LavinMQ and harmless to ignore here (socket tuning, how much
-# history to keep, ...): accepted with an info line. The README lists them.
+# The sections LavinMQ's ini has, with its keys that are harmless to
+# ignore here: accepted with a warning. The README lists them. (Every
+# [main] key of LavinMQ 2.9 is implemented or refused now.)
 HARMLESS_KEYS = {
-    "main": {"stats_log_size", "socket_buffer_size", "tcp_nodelay", "tcp_keepalive",
-             "tcp_recv_buffer_size", "tcp_send_buffer_size", "free_disk_warn", "consumer_timeout_loop_interval",
-             "max_deleted_definitions"},
+    "main": set(),
     "amqp": set(),
     "mgmt": set(),
     "mqtt": set(),
@@ -318,7 +341,12 @@ HARMLESS_KEYS = {
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
 UNSUPPORTED_KEYS = {
-    "main": {"tls_ktls"},       # kernel TLS offload
+    # tls_ktls: kernel TLS offload. socket_buffer_size: the size of the
+    # userspace buffer LavinMQ puts between a fiber's reads and writes and
+    # its socket; here the event loop reads what the socket has into the
+    # connection's frame buffer (which must hold a whole frame, frame_max)
+    # and every read batch's writes leave in one send: no such buffer exists
+    "main": {"tls_ktls", "socket_buffer_size"},
     "amqp": {"amqp_systemd_socket_name"},
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"mqtt_systemd_socket_name"},
@@ -360,6 +388,9 @@ def convert(field, raw, where):
         raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
     if opt.kind == "level":
         return raw.lower()
+    if opt.kind == "keepalive":
+        from lavinmq.sockopts import parse_keepalive
+        return parse_keepalive(raw, where)
     if opt.kind == "proxy":
         # LavinMQ: true (or 1, yes, on) or 2 turn it on; the header's version is read from it
         low = raw.lower()
@@ -397,6 +428,11 @@ def check(field, value, where):
     elif opt.kind == "proxy":
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {value!r} is not a boolean")
+    elif opt.kind == "keepalive":
+        from lavinmq.sockopts import format_keepalive, parse_keepalive
+        if value is not None and (not isinstance(value, tuple) or len(value) != 3):
+            raise ConfigError(f"{where}: {value!r} is not (idle, interval, count)")
+        parse_keepalive(format_keepalive(value), where)      # the same ranges as from the ini file
     elif opt.kind == "cidrs":
         from lavinmq.proxy_protocol import parse_trusted
         try:

@@ -12,7 +12,7 @@ from lavinmq.clustering import changes
 log = logging.getLogger("lavinmq.definitions")
 
 VERSION = 1
-COMPACT_AFTER = 1000   # delete/unbind frames before the file is rewritten
+COMPACT_AFTER = 8192   # delete/unbind frames before the file is rewritten: [main] max_deleted_definitions
 
 EXCHANGE_DECLARE = (40, 10)
 EXCHANGE_DELETE = (40, 20)
@@ -30,6 +30,7 @@ class DefinitionsFile:
     def __init__(self, path, syncer=None):
         self.path = path
         self.removals = 0
+        self.compact_after = COMPACT_AFTER
         self.f = None
         self.syncer = syncer    # declarations reach the disk with the next confirmed messages
 
@@ -100,7 +101,7 @@ class DefinitionsFile:
             self.removals += 1
 
     def needs_compaction(self):
-        return self.removals >= COMPACT_AFTER
+        return self.removals >= self.compact_after
 
     def rewrite(self, frames):
         """Atomically replace the file with just these frames."""

@@ -1,6 +1,7 @@
-"""The broker's once-a-second round: heartbeats and consumer timeouts of
-every connection, the resource alarms, giving freed heap back to the
-system, and unmapping segments of idle queues every few rounds."""
+"""The broker's once-a-second round: heartbeats of every connection, their
+consumer timeouts (every [main] consumer_timeout_loop_interval rounds),
+the resource alarms, giving freed heap back to the system, and unmapping
+segments of idle queues every few rounds."""
 import asyncio
 import logging
 import time
@@ -36,10 +37,13 @@ class Housekeeping:
             tick_rough_clock()
             now = time.monotonic()
             wall_ms = int(time.time() * 1000)
+            # [main] consumer_timeout_loop_interval: every that many rounds
+            timeouts = rounds % max(1, getattr(server.config, "consumer_timeout_loop_interval", 1)) == 0
             for conn in list(server.connections):
                 try:
                     conn.check_heartbeat(now)
-                    conn.check_consumer_timeouts(wall_ms)
+                    if timeouts:
+                        conn.check_consumer_timeouts(wall_ms)
                 except Exception:
                     log.exception("heartbeat check failed for %s", conn.name)
             server.alarms.check()

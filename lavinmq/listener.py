@@ -406,11 +406,15 @@ class Listener:
 
     proxy: None (no PROXY headers), or the trusted source networks (an
     empty list trusts everyone). An AMQP UNIX socket always accepts a
-    header (LavinMQ's), unless unix_proxy is False (HTTP)."""
+    header (LavinMQ's), unless unix_proxy is False (HTTP).
+
+    sockopts: the TCP options ([main] tcp_*) set on each accepted TCP
+    socket (the AMQP and MQTT listeners); None sets TCP_NODELAY only."""
 
     def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0,
-                 proxy=None, unix_proxy=True):
+                 proxy=None, unix_proxy=True, sockopts=None):
         self.socks = socks
+        self.sockopts = sockopts    # lavinmq.sockopts.SocketOptions for TCP clients; None: TCP_NODELAY only
         self.factory = protocol_factory
         self.guard = guard
         self.name = name
@@ -467,7 +471,16 @@ class Listener:
                 continue
             conn.setblocking(False)
             if conn.family in (socket.AF_INET, socket.AF_INET6):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    if self.sockopts is None:       # HTTP: replies are whole, Nagle would only delay them
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    else:
+                        self.sockopts.apply(conn, host)
+                except OSError as exc:      # the peer is already gone (reset)
+                    log.debug("%s: connection from %s dropped: %s", self.name, host, exc)
+                    ticket.release()
+                    _close_now(conn)
+                    continue
             task = self.loop.create_task(self._connect(conn, ticket, host))
             # until the protocol has the socket (the task may not even have
             # started: a cancelled one never runs its own cleanup)

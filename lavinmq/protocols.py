@@ -2,12 +2,15 @@
 AMQPS, MQTT and MQTTS (lavinmq/mqtt; AMQP and MQTT over WebSocket are on
 the HTTP listeners, lavinmq/websocket). A new protocol adds its listeners here (a factory for its
 connection objects, its ports from the config), beside the others; all of
-them share the connection caps (ConnectionGuard) and the TLS context."""
+them share the connection caps (ConnectionGuard), the TLS context and the
+TCP options of accepted sockets ([main] tcp_nodelay, tcp_keepalive,
+tcp_recv_buffer_size, tcp_send_buffer_size: lavinmq.sockopts)."""
 import logging
 
 from lavinmq.amqp.connection import AMQPConnection
 from lavinmq.listener import Listener, bind_sockets, bind_unix
 from lavinmq.proxy_protocol import parse_trusted
+from lavinmq.sockopts import SocketOptions
 
 log = logging.getLogger("lavinmq.server")
 
@@ -46,7 +49,8 @@ class ProtocolListeners:
         setting: the flag and ini key, named when the port is busy."""
         socks = bind_sockets(bind, port, what, setting)
         return self.add(Listener(socks, factory, self.server.guard, what.rsplit(" ", 1)[0], ssl_context,
-                                 handshake_timeout=self.server.config.handshake_timeout, proxy=proxy))
+                                 handshake_timeout=self.server.config.handshake_timeout, proxy=proxy,
+                                 sockopts=SocketOptions.from_config(self.server.config)))
 
     def listen_unix(self, path, what, setting, factory):
         """A UNIX socket listener: its clients are local (loopback for the
@@ -58,6 +62,13 @@ class ProtocolListeners:
         listener.start()
         self.listeners.append(listener)
         return listener
+
+    def set_socket_options(self):
+        """The config's TCP options changed (SIGHUP): for sockets accepted from now on."""
+        opts = SocketOptions.from_config(self.server.config)
+        for listener in self.listeners:
+            if listener.sockopts is not None:
+                listener.sockopts = opts
 
     def set_tls_context(self, ctx, mqtt_ctx=None):
         """New certificates (SIGHUP): AMQPS gets ctx, MQTTS mqtt_ctx (its

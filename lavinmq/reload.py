@@ -1,6 +1,6 @@
 """SIGHUP (`systemctl reload lavinmq`): the settings that can change while
-the broker runs are read again — the resource limits and the TLS
-certificates ([main] and the [sni:host] sections). A file that does not load leaves the running settings."""
+the broker runs are read again — the resource limits, the TCP options of
+sockets accepted from then on, and the TLS certificates ([main] and the [sni:host] sections). A file that does not load leaves the running settings."""
 import logging
 
 from lavinmq import tls
@@ -17,6 +17,11 @@ def reload(server):
         return
     server.config.free_disk_min = fresh.free_disk_min
     server.config.vm_memory_high_watermark = fresh.vm_memory_high_watermark
+    server.config.free_disk_warn = fresh.free_disk_warn
+    # the TCP options of sockets accepted from now on
+    for name in ("tcp_nodelay", "tcp_keepalive", "tcp_recv_buffer_size", "tcp_send_buffer_size"):
+        setattr(server.config, name, getattr(fresh, name))
+    server.protocols.set_socket_options()
     log.info("config reloaded: free_disk_min %d, vm_memory_high_watermark %s", server.config.disk_free_limit,
              server.config.vm_memory_high_watermark)
     server.alarms.check()

@@ -35,6 +35,7 @@ class VHostStore(dict):
                       consistent_hash_algorithm=getattr(self.config, "default_consistent_hash_algorithm", "ring"))
         vhost.policies.max_instructions = self.config.max_policy_instructions
         vhost.max_dedup_cache_size = self.config.max_deduplication_cache_size
+        vhost.definitions.file.compact_after = getattr(self.config, "max_deleted_definitions", 8192)
         return vhost
 
     def add(self, name):

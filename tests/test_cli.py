@@ -134,11 +134,12 @@ def test_no_data_dir_lock(tmp_path, runs):
 def test_log_file_and_debug_level(tmp_path, runs):
     log_file = tmp_path / "lavinmq.log"
     ini = tmp_path / "l.ini"
-    ini.write_text(f"[main]\nlog_file = {log_file}\ntcp_nodelay = true\n")
+    ini.write_text(f"[main]\nlog_file = {log_file}\n[clustering]\nmax_unsynced_actions = 8192\n")
     assert cli.main(["-c", str(ini), "-D", str(tmp_path / "d"), "--debug"]) == 7
     logging.shutdown()
     lines = [LINE.match(line).groups() for line in log_file.read_text().splitlines()]
-    assert ("WARNING", "lavinmq.cli", f"{ini}: [main] tcp_nodelay has no effect here, ignored") in lines
+    assert ("WARNING", "lavinmq.cli", f"{ini}: [clustering] max_unsynced_actions is deprecated and has no effect: "
+                                      f"confirms wait for every in-sync replica") in lines
     assert ("INFO", "lavinmq.server", "hello from run") in lines
     assert ("DEBUG", "lavinmq.server", "debug detail") in lines
 

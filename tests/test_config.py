@@ -206,8 +206,7 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
     assert (c.amqp_bind, c.http_bind, c.mqtt_bind) == ("::", "::", "::")     # [mqtt] is implemented now
     assert (c.amqps_port, c.https_port) == (5671, 15671)     # read now: TLS is implemented
     assert c.pidfile == "/run/lavinmq.pid"
-    text = "\n".join(c.warnings)
-    assert "[main] stats_log_size has no effect here" in text and "[mqtt]" not in text
+    assert c.stats_log_size == 120 and c.warnings == []      # every key it sets is implemented
 
 
 @pytest.mark.parametrize("section,key,value", [
@@ -359,3 +358,68 @@ def test_unix_paths_from_ini_and_flags(tmp_path, env):
     assert (c.amqp_unix_path, c.mqtt_unix_path, c.http_unix_path) == ("/run/a.sock", "/run/m.sock", "/run/h.sock")
     c = Config.load(["-c", path, "--mqtt-unix-path", "/run/m2.sock", "--amqp-unix-path", "/run/a2.sock"], env)
     assert (c.amqp_unix_path, c.mqtt_unix_path) == ("/run/a2.sock", "/run/m2.sock")
+
+
+def test_lavinmqs_tuning_keys_are_read(tmp_path, env):
+    # once accepted and ignored ("has no effect here"): each is a setting now
+    path = ini(tmp_path, """
+        [main]
+        tcp_nodelay = false
+        tcp_keepalive = 30:5:4
+        tcp_recv_buffer_size = 65536
+        tcp_send_buffer_size = 131072
+        free_disk_warn = 5368709120
+        stats_log_size = 240
+        consumer_timeout_loop_interval = 5
+        max_deleted_definitions = 16384
+        """)
+    c = Config.load(["-c", path], env)
+    assert (c.tcp_nodelay, c.tcp_keepalive, c.tcp_recv_buffer_size, c.tcp_send_buffer_size) == \
+        (False, (30, 5, 4), 65536, 131072)
+    assert (c.free_disk_warn, c.stats_log_size, c.consumer_timeout_loop_interval, c.max_deleted_definitions) == \
+        (5368709120, 240, 5, 16384)
+    assert c.warnings == []
+
+
+def test_tuning_defaults_are_lavinmqs(env):
+    c = Config.load([], env)
+    # LavinMQ's, but for tcp_nodelay and consumer_timeout_loop_interval (see lavinmq.sockopts, config.py)
+    assert (c.tcp_keepalive, c.tcp_recv_buffer_size, c.tcp_send_buffer_size) == ((60, 10, 3), None, None)
+    assert (c.free_disk_warn, c.stats_log_size, c.max_deleted_definitions) == (0, 120, 8192)
+    assert (c.tcp_nodelay, c.consumer_timeout_loop_interval) == (True, 1)
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("60:10:3", (60, 10, 3)), ("120", (120, 10, 3)), ("120:30", (120, 30, 3)), ("::5", (60, 10, 5)),
+    ("true", (60, 10, 3)), ("false", None), ("0", None), ("off", None), (" 7:8:9 ", (7, 8, 9)),
+])
+def test_tcp_keepalive_format(tmp_path, env, raw, expected):
+    c = Config.load(["-c", ini(tmp_path, f"[main]\ntcp_keepalive = {raw}\n")], env)
+    assert c.tcp_keepalive == expected
+
+
+@pytest.mark.parametrize("key,raw,message", [
+    ("tcp_keepalive", "60:10:3:1", "is not idle:interval:count"),
+    ("tcp_keepalive", "sixty", "idle 'sixty' is not an integer"),
+    ("tcp_keepalive", "60:x:3", "interval 'x' is not an integer"),
+    ("tcp_keepalive", "60:10:200", r"count 200 is out of range \(1..127\)"),
+    ("tcp_keepalive", "-1", r"idle -1 is out of range"),
+    ("tcp_nodelay", "maybe", "is not a boolean"),
+    ("tcp_recv_buffer_size", "64k", "is not an integer"),
+    ("tcp_send_buffer_size", "-1", "out of range"),
+    ("free_disk_warn", "5GB", "is not an integer"),
+    ("stats_log_size", "1", "out of range"),
+    ("stats_log_size", "1000000", "out of range"),
+    ("consumer_timeout_loop_interval", "0", "out of range"),
+    ("max_deleted_definitions", "0", "out of range"),
+])
+def test_bad_tuning_values_stop_the_start(tmp_path, env, key, raw, message):
+    with pytest.raises(ConfigError, match=rf"\[main\] {key}: .*{message}"):
+        Config.load(["-c", ini(tmp_path, f"[main]\n{key} = {raw}\n")], env)
+
+
+def test_socket_buffer_size_is_refused_unless_off(tmp_path, env):
+    # LavinMQ's userspace socket IO buffer: there is none here (lavinmq.config)
+    with pytest.raises(ConfigError, match=r"\[main\] socket_buffer_size = 16384: not supported"):
+        Config.load(["-c", ini(tmp_path, "[main]\nsocket_buffer_size = 16384\n")], env)
+    assert Config.load(["-c", ini(tmp_path, "[main]\nsocket_buffer_size = 0\n")], env).warnings == []

@@ -19,7 +19,7 @@ class HTTPServer:
         self.runners = []
         self.listeners = []         # lavinmq.listener.Listener (TCP, TLS)
         self.unix_servers = []
-        self.sampler = Sampler(server, server.config.stats_interval)
+        self.sampler = Sampler(server, server.config.stats_interval, server.config.stats_log_size)
         logs.install()
 
     async def start(self):

@@ -3,10 +3,10 @@
 
 Every stats_interval the sampler reads each object's counters (plain
 integers the hot path increments; nothing happens per message) into a
-fixed-size ring buffer per object: RING slots of one unsigned integer per
-field. Counters (publish, ack, ...) are stored as the increase since the
+fixed-size ring buffer per object: [main] stats_log_size slots (120,
+RING, by default) of one unsigned integer per field. Counters (publish, ack, ...) are stored as the increase since the
 previous sample, gauges (messages_ready, ...) as their value, so a queue's
-ring is RING x 7 fields x 4 bytes = 3,360 bytes. A ring is only allocated
+ring is 120 x 7 fields x 4 bytes = 3,360 bytes by default. A ring is only allocated
 once the object shows activity, and given back after a whole window of
 none: an idle empty queue costs a small Series record and no ring.
 
@@ -23,7 +23,7 @@ import time
 from lavinmq import churn
 from lavinmq.process import open_fds, resident_memory
 
-RING = 120        # samples kept per object, LavinMQ's stats_log_size default: 10 min at 5 s
+RING = 120        # samples kept per object by default: [main] stats_log_size (LavinMQ's: 10 min at 5 s)
 
 
 class Kind:
@@ -63,13 +63,13 @@ class Series:
     `ring` (or None while idle) the per-tick increases and gauges."""
     __slots__ = ("obj", "kind", "last", "ring", "born", "active")
 
-    def __init__(self, obj, kind, tick):
+    def __init__(self, obj, kind, tick, size=RING):
         self.obj = obj
         self.kind = kind
         self.last = kind.zeros      # counters start at zero when an object is created
         self.ring = None
         self.born = tick
-        self.active = tick - RING
+        self.active = tick - size
 
     def nbytes(self):
         return 0 if self.ring is None else self.ring.itemsize * len(self.ring)
@@ -154,12 +154,13 @@ def sampler():
 
 
 class Sampler:
-    def __init__(self, server, interval_ms):
+    def __init__(self, server, interval_ms, size=RING):
         global _sampler
         self.server = server
         self.interval = max(interval_ms, 100) / 1000
+        self.size = size            # samples kept: stats_log_size
         self.tick = -1
-        self.times = array.array("d", bytes(8 * RING))     # wall-clock ms of each tick's slot
+        self.times = array.array("d", bytes(8 * size))     # wall-clock ms of each tick's slot
         self.series = {}
         self.task = None
         self.prev = {}          # key -> (time, counters) of the extra counters
@@ -186,7 +187,7 @@ class Sampler:
     def sample(self):
         self.tick += 1
         tick = self.tick
-        self.times[tick % RING] = time.time() * 1000
+        self.times[tick % self.size] = time.time() * 1000
         old, new = self.series, {}
         record = self._record
         zeros = QUEUE.zeros
@@ -199,7 +200,7 @@ class Sampler:
                 if s is None or s.obj is not q:
                     if values == zeros:         # never active: no Series (100k idle queues cost nothing)
                         continue
-                    s = Series(q, QUEUE, tick)
+                    s = Series(q, QUEUE, tick, self.size)
                 new[id(q)] = s
                 record(s, values)
                 for i, v in enumerate(values):
@@ -209,7 +210,7 @@ class Sampler:
             key = ("vhost", vhost.name)
             s = old.get(key)
             if s is None:
-                s = Series(key, AGGREGATE, tick)
+                s = Series(key, AGGREGATE, tick, self.size)
             new[key] = s
             record(s, tuple(totals))
             for i, v in enumerate(totals):
@@ -218,7 +219,7 @@ class Sampler:
             self._track(old, new, conn, CONNECTION)
             for ch in conn.open_channels():
                 self._track(old, new, ch, CHANNEL)
-        s = old.get("overall") or Series("overall", AGGREGATE, tick)
+        s = old.get("overall") or Series("overall", AGGREGATE, tick, self.size)
         new["overall"] = s
         record(s, tuple(overall))
         self.series = new
@@ -292,7 +293,7 @@ class Sampler:
     def _track(self, old, new, obj, kind):
         s = old.get(id(obj))
         if s is None or s.obj is not obj:
-            s = Series(obj, kind, self.tick)
+            s = Series(obj, kind, self.tick, self.size)
         new[id(obj)] = s
         self._record(s, kind.getter(obj))
 
@@ -308,12 +309,13 @@ class Sampler:
         if ring is None:
             if not active:
                 return
-            ring = s.ring = array.array(kind.typecode, bytes(RING * len(values) * array.array(kind.typecode).itemsize))
-        elif tick - s.active >= RING:       # a whole window without activity: give the memory back
+            ring = s.ring = array.array(kind.typecode,
+                                        bytes(self.size * len(values) * array.array(kind.typecode).itemsize))
+        elif tick - s.active >= self.size:      # a whole window without activity: give the memory back
             s.ring = None
             return
         cap = kind.cap
-        base = (tick % RING) * len(values)
+        base = (tick % self.size) * len(values)
         for i in range(nc):
             d = values[i] - last[i]         # negative when an aggregate lost a queue
             ring[base + i] = cap if d > cap else (d if d > 0 else 0)
@@ -327,14 +329,14 @@ class Sampler:
         """field i's ring value at tick (0 while the ring is absent)."""
         if s.ring is None:
             return 0
-        return s.ring[(tick % RING) * len(s.kind.fields) + i]
+        return s.ring[(tick % self.size) * len(s.kind.fields) + i]
 
     def rates(self, s):
         tick = self.tick
         kind = s.kind
         out = {f: 0.0 for f in kind.fields}
         if s.ring is not None and tick >= 1:
-            dt = (self.times[tick % RING] - self.times[(tick - 1) % RING]) / 1000
+            dt = (self.times[tick % self.size] - self.times[(tick - 1) % self.size]) / 1000
             if dt > 0:
                 nc = kind.counters
                 for i, f in enumerate(kind.fields):
@@ -358,7 +360,7 @@ class Sampler:
         tick = self.tick
         if i is None or s.ring is None or tick < 1:
             return 0.0
-        dt = (self.times[tick % RING] - self.times[(tick - 1) % RING]) / 1000
+        dt = (self.times[tick % self.size] - self.times[(tick - 1) % self.size]) / 1000
         if dt <= 0:
             return 0.0
         now = self._value(s, i, tick)
@@ -374,7 +376,7 @@ class Sampler:
         object's first sample, or older than the ring, are left out: the
         lists are of equal length, for the timestamps also returned."""
         tick = self.tick
-        first = max(s.born, tick - RING + 1, 0)
+        first = max(s.born, tick - self.size + 1, 0)
         if tick < first:
             return [], {f: [] for f in fields}
         kind = s.kind
@@ -391,7 +393,7 @@ class Sampler:
         picked_ts, picked_ticks = [], []
         t = tick
         for ts in timestamps:
-            while t >= first and self.times[t % RING] > ts:
+            while t >= first and self.times[t % self.size] > ts:
                 t -= 1
             if t < first:
                 break
@@ -410,7 +412,7 @@ class Sampler:
                 elif s.ring is not None:
                     ring = s.ring
                     for j, t in enumerate(picked_ticks):
-                        col[j] += ring[(t % RING) * nf + i]
+                        col[j] += ring[(t % self.size) * nf + i]
             out[f] = col
         return picked_ts, out
 

@@ -200,3 +200,23 @@ def test_sampling_10000_queues_is_cheap(monkeypatch):
     assert per_sample < 1.0
     _, ring_bytes = sampler.memory()
     assert ring_bytes == (1000 + 2) * 3360
+
+
+def test_stats_log_size_sets_the_history_kept(monkeypatch):
+    # [main] stats_log_size: samples kept per object (120 by default)
+    monkeypatch.setattr(stats, "_sampler", None)
+    q = FakeQueue("q")
+    sampler = stats.Sampler(fake_server([q]), 5000, size=10)
+    now = [1_000_000.0]
+    monkeypatch.setattr(stats.time, "time", lambda: now[0])
+    for _ in range(30):
+        now[0] += 5
+        q.publish_count += 10
+        sampler.sample()
+    s = stats.series_for(id(q), q)
+    assert s.nbytes() == 10 * 7 * 4
+    ts = [int(now[0] * 1000) - k * 5000 for k in range(30)]
+    picked, values = sampler.history(s, ["publish"], ts)
+    assert len(picked) == 10            # 50 s of history, not 150
+    assert values["publish"] == [q.publish_count - 10 * k for k in range(10)]
+    assert sampler.rates(s)["publish"] == pytest.approx(2.0)
