@@ -29,6 +29,7 @@ import time
 from lavinmq._core.codec import Long, encode_table_bytes
 from lavinmq._core.relay import Relay
 from lavinmq.client.connection import ChannelClosed, ClientError, connect, describe
+from lavinmq.client.run_loop import STOP_TIMEOUT, RelayRunner
 from lavinmq.client.session import CH, RelaySession, declare_queue
 from lavinmq.client.uri import AMQPURI, parse
 from lavinmq.exchange.base import freeze
@@ -36,28 +37,23 @@ from lavinmq.exchange.base import freeze
 log = logging.getLogger("lavinmq.federation")
 
 CONTROL = 2             # the upstream channel for declares and bindings (errors there spare the consumer)
-STOP_TIMEOUT = 5.0
 
 
 def local_uri(vhost):
     return AMQPURI("amqp", "", 5672, "", "", vhost.name)
 
 
-class Link:
+class Link(RelayRunner):
+    """stop() only disconnects: what the link made upstream stays (and buffers)."""
     kind = None
+    logger = log
 
     def __init__(self, federation, upstream, resource):
+        super().__init__()
         self.federation = federation
         self.upstream = upstream
         self.resource = resource            # the federated exchange's or queue's name
-        self.state = "starting"
-        self.error = None
-        self.timestamp = time.time()
-        self.message_count = 0
         self.uri = parse(upstream.uris[0])
-        self.session = None
-        self.task = None
-        self.stopping = False
 
     @property
     def vhost(self):
@@ -67,32 +63,20 @@ class Link:
     def name(self):
         return f"Federation link: {self.upstream.name}/{self.resource}"
 
-    def _set_state(self, state, error=None):
-        if state != self.state or error != self.error:
-            self.timestamp = time.time()
-        self.state, self.error = state, error
+    @property
+    def label(self):
+        return self.name
 
-    def start(self, after=None):
-        self.stopping = False
-        self.task = asyncio.get_running_loop().create_task(self._run(after), name=self.name)
+    @property
+    def reconnect_delay(self):
+        return self.upstream.reconnect_delay
 
-    async def stop(self):
-        """Disconnect; what the link made upstream stays (and buffers)."""
-        self.stopping = True
-        session = self.session
-        if session is not None:
-            try:
-                await session.close(graceful=True, timeout=STOP_TIMEOUT)
-            except Exception:
-                log.exception("%s: closing failed", self.name)
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self.task = None
-        self._set_state("terminated")
+    def new_session(self):
+        self.uri = parse(random.choice(self.upstream.uris))     # each attempt, one of the upstream's URIs
+        return self.make_session()
+
+    def ended(self, result):
+        raise ClientError("the link ended")     # a link has no end of its own: it reconnects
 
     async def delete(self):
         """Stop for good, and remove what the link made upstream."""
@@ -101,39 +85,6 @@ class Link:
 
     async def cleanup(self):
         pass
-
-    async def _run(self, after):
-        if after is not None:
-            await asyncio.gather(after, return_exceptions=True)
-        while not self.stopping:
-            self._set_state("starting", self.error)
-            self.uri = parse(random.choice(self.upstream.uris))
-            session = self.session = self.new_session()
-            try:
-                await session.run()
-                raise ClientError("the link ended")
-            except asyncio.CancelledError:
-                await session.close(graceful=False)
-                raise
-            except Exception as exc:
-                if self.stopping:
-                    break
-                if not isinstance(exc, (ClientError, OSError)):
-                    log.exception("%s in vhost %s failed", self.name, self.vhost.name)
-                else:
-                    log.warning("%s in vhost %s: %s; reconnecting in %g s", self.name, self.vhost.name,
-                                describe(exc), self.upstream.reconnect_delay)
-                self._set_state("error", describe(exc))
-                await session.close(graceful=False)
-            finally:
-                self.session = None
-            if self.stopping:
-                break
-            await asyncio.sleep(self.upstream.reconnect_delay)
-
-    def running(self):
-        log.info("%s in vhost %s running", self.name, self.vhost.name)
-        self._set_state("running")
 
     def received_from(self, server_properties, redelivered):
         entry = {"uri": self.uri.scrubbed(), self.kind: self.upstream_name, "redelivered": redelivered,
@@ -200,7 +151,7 @@ class ExchangeLink(Link):
     def queue_name(self):
         return f"federation: {self.upstream_name} -> {socket.gethostname()}:{self.vhost.name}:{self.resource}"
 
-    def new_session(self):
+    def make_session(self):
         return ExchangeSession(self)
 
     def bindings_changed(self):
@@ -343,7 +294,7 @@ class QueueLink(Link):
     def upstream_name(self):
         return self.upstream.queue or self.resource
 
-    def new_session(self):
+    def make_session(self):
         return QueueSession(self)
 
     def consumers_changed(self):

@@ -78,7 +78,7 @@ class AMQPSession(RelaySession):
         await self.src.consume(CH, queue, CONSUMER_TAG, no_ack=self.config.ack_mode == "no-ack",
                                exclusive=exclusive, arguments=args)
         self.consuming = True
-        self.shovel.running(self.src_uri, self.dest_uri)
+        self.shovel.running()
 
     def _dest_key(self):
         cfg = self.config

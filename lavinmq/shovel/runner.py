@@ -4,115 +4,58 @@ paused, deleted or done (src-delete-after).
 
 States, as the API shows them: starting (connecting), running, paused,
 error (with the error; it is waiting to reconnect) and terminated."""
-import asyncio
 import logging
 import random
 import time
 
-from lavinmq.client.connection import ClientError, describe
+from lavinmq.client.run_loop import RelayRunner
 from lavinmq.shovel.amqp_session import AMQPSession
 
 log = logging.getLogger("lavinmq.shovel")
 
-STOP_TIMEOUT = 5.0      # a stopping shovel waits this long for its last confirms
 
+class Shovel(RelayRunner):
+    logger = log
 
-class Shovel:
     def __init__(self, store, name, config):
+        super().__init__()
         self.store = store
         self.name = name
         self.config = config
-        self.state = "starting"
-        self.error = None
-        self.message_count = 0          # moved since this shovel was (re)started here
-        self.timestamp = time.time()    # of the last state change
-        self.session = None
-        self.task = None
-        self.stopping = False
 
     @property
     def vhost(self):
         return self.store.vhost
 
-    def _set_state(self, state, error=None):
-        if state != self.state or error != self.error:
-            self.timestamp = time.time()
-        self.state = state
-        self.error = error
+    @property
+    def label(self):
+        return f"shovel {self.name}"
+
+    @property
+    def reconnect_delay(self):
+        return self.config.reconnect_delay
 
     def start(self, after=None):
-        """after: a task to wait for first (the shovel this one replaces)."""
-        self.stopping = False
+        """after: a task to wait for first (the stop of the shovel this one replaces)."""
         self._set_state("starting")
-        self.task = asyncio.get_running_loop().create_task(self._run(after), name=f"shovel {self.name}")
+        super().start(after)
 
-    async def stop(self, state="terminated"):
-        """Graceful: the source consumer is cancelled, what was published is
-        confirmed and acked (for up to STOP_TIMEOUT), then both connections close."""
-        self.stopping = True
-        session = self.session
-        if session is not None:
-            try:
-                await session.close(graceful=True, timeout=STOP_TIMEOUT)
-            except Exception:
-                log.exception("shovel %s: closing failed", self.name)
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self.task = None
-        self._set_state(state)
+    def ended(self, finished):
+        """finished: the session moved what it was asked to (src-delete-after);
+        any other normal end reconnects without showing an error."""
+        return finished
 
-    async def _run(self, after):
-        if after is not None:
-            try:
-                await after
-            except Exception:
-                pass
-        while not self.stopping:
-            self._set_state("starting", self.error)
-            session = self.session = self.new_session()
-            try:
-                finished = await session.run()
-            except asyncio.CancelledError:
-                await session.close(graceful=False)
-                raise
-            except Exception as exc:
-                if self.stopping:
-                    break
-                text = describe(exc)
-                if not isinstance(exc, (ClientError, OSError)):
-                    log.exception("shovel %s in vhost %s failed", self.name, self.vhost.name)
-                else:
-                    log.warning("shovel %s in vhost %s: %s; reconnecting in %g s", self.name, self.vhost.name,
-                                text, self.config.reconnect_delay)
-                self._set_state("error", text)
-                await session.close(graceful=False)
-            else:
-                await session.close(graceful=True, timeout=STOP_TIMEOUT)
-                if finished:
-                    log.info("shovel %s in vhost %s moved what it was asked to (src-delete-after): deleted",
-                             self.name, self.vhost.name)
-                    self._set_state("terminated")
-                    self.store.finished(self)
-                    return
-            finally:
-                self.session = None
-            if self.stopping:
-                break
-            await asyncio.sleep(self.config.reconnect_delay)
+    def finished(self):
+        log.info("shovel %s in vhost %s moved what it was asked to (src-delete-after): deleted",
+                 self.name, self.vhost.name)
+        self._set_state("terminated")
+        self.store.finished(self)
 
     def new_session(self):
         if self.config.http:
             from lavinmq.shovel.http_session import HTTPSession
             return HTTPSession(self, random.choice(self.config.src_uris), random.choice(self.config.dest_uris))
         return AMQPSession(self, random.choice(self.config.src_uris), random.choice(self.config.dest_uris))
-
-    def running(self, src_uri, dest_uri):
-        log.info("shovel %s in vhost %s running", self.name, self.vhost.name)
-        self._set_state("running")
 
     def to_json(self):
         from lavinmq.client.uri import scrub
