@@ -4,14 +4,14 @@ gets each non-publish method once, already decoded."""
 import asyncio
 import logging
 import platform
-import time
 
 import lavinmq
-from lavinmq import churn, process
+from lavinmq import churn
 from lavinmq._core.codec import decode_table_bytes
 from lavinmq._core.connection import CoreConnection
+from lavinmq.accepted_connection import AcceptedConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
-from lavinmq.listener import LOGGING_IN, TALKING, RateLimitedLog, client_peer, from_loopback
+from lavinmq.listener import LOGGING_IN, TALKING, RateLimitedLog
 from lavinmq.errors import (
     AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
@@ -50,14 +50,7 @@ ALARM_GRACE = 3.0
 STALL_BYTES = 1 << 20
 
 
-class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
-    client_address = None       # set by the listener: (host, port) from a PROXY header
-    local_socket = False        # set by the listener: a UNIX socket client (counts as loopback)
-
-    def from_loopback(self, address):
-        return from_loopback(self, address)
-
-
+class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtocol):
     def __init__(self, server):
         self.server = server
         self.config = server.config
@@ -73,54 +66,22 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.capabilities = {}
         self.exclusive_queues = []
         self.last_queue = None
-        self.peer = ("?", 0)
-        self.name = "?"
         self.phase_opened = False
-        self.ticket = None          # lavinmq.listener.Ticket: our slot under the connection caps
-        self.tls = False
-        self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
         self._stall = None          # (progress marker, since) of unfinished content
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport):
-        self.transport = transport
-        local = transport.get_extra_info("sockname") or ("?", 0)
-        if isinstance(local, str):      # a UNIX socket: its path
-            local = (local, 0)
-        # the listener's word on who the client is (a PROXY header's address,
-        # a local client), else the socket's peer
-        self.peer = peer = client_peer(self, transport)
-        self.local = local
-        self.connected_at = int(time.time() * 1000)
-        self.accepted = time.monotonic()    # handshake_timeout counts from here
-        self.tls = transport.get_extra_info("ssl_object") is not None
-        self.name = f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
-        if self.ticket is not None:
-            self.ticket.close = transport.abort     # the guard may need the slot before login
-        self.server.connections.add(self)
-        churn.count("connection_created")
+        self.socket_opened(transport)
         log.debug("connection from %s", self.name)
 
     def connection_lost(self, exc):
-        churn.count("connection_closed")
-        if self.token_timer is not None:
-            self.token_timer.cancel()
-            self.token_timer = None
-        if self.login_pending is not None:
-            self.login_pending.cancel()
-            self.login_pending = None
+        self.socket_lost()
         self.phase = 4
         self.state.closed = True
-        self.server.connections.discard(self)
-        if self.vhost is not None:
-            self.vhost.connections.discard(self)
         self._cleanup()
         self.transport = None
-        self.release_buffer()
-        process.released()
-        if self.ticket is not None:
-            self.ticket.release()
+        self.socket_released()
         if self.user is not None and self.phase_opened:
             log.info("connection %s closed (user %s)", self.name, self.user.name)
         else:
@@ -294,18 +255,12 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.flush()
 
     def _begin_login(self, mechanism, username, password):
-        throttle = getattr(self.server, "login_throttle", None)
-        address = self.peer[0] if isinstance(self.peer[0], str) else ""
-        key = throttle.key(address, username, self.server.users.get(username) is not None) \
-            if throttle is not None and username is not None else None
-        delay = throttle.delay_for(*key) if key is not None else 0.0
+        address = self.peer_address
+        key = self.login_throttle_key(username)
+        delay = self.login_delay(key)
         if not delay:
             return self._login(mechanism, username, password, address, key)
-        # backing off: the answer (whatever the password) comes late, so a
-        # guesser learns slowly and a user who knows the password still gets in
-        self.block_reading()
-        self.login_pending = asyncio.get_running_loop().call_later(
-            delay, self._late_login, mechanism, username, password, address, key)
+        self.answer_login_later(delay, self._late_login, mechanism, username, password, address, key)
 
     def _late_login(self, mechanism, username, password, address, key):
         self.login_pending = None
@@ -342,8 +297,6 @@ class AMQPConnection(CoreConnection, asyncio.BufferedProtocol):
         self.send_method(0, 10, 30, (self.channel_max, self.frame_max, self.heartbeat_interval))
 
     # -- OAuth tokens ------------------------------------------------------------
-
-    token_timer = None
 
     def _arm_token_expiry(self):
         """The connection closes when its token expires (LavinMQ: 320, token

@@ -8,8 +8,8 @@ import os
 import base64
 import time
 
-from lavinmq import churn, process
-from lavinmq.listener import LOGGING_IN, RateLimitedLog, client_peer, from_loopback
+from lavinmq.accepted_connection import AcceptedConnection
+from lavinmq.listener import LOGGING_IN, RateLimitedLog
 from lavinmq.mqtt import _mqtt, session, topics
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_CREDENTIALS, IDENTIFIER_REJECTED, NOT_AUTHORIZED, SERVER_UNAVAILABLE,
@@ -25,10 +25,8 @@ SHUTDOWN = "CONNECTION_FORCED - broker shutdown"
 SUBACK_FAILURE = 0x80
 
 
-class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
+class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtocol):
     protocol = "MQTT 3.1.1"
-    client_address = None       # set by the listener: (host, port) from a PROXY header
-    local_socket = False        # set by the listener: a UNIX socket client (counts as loopback)
 
     def __init__(self, server):
         self.server = server
@@ -46,12 +44,6 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         self.keepalive = 0
         self.will = None
         self.session_queue = None
-        self.peer = ("?", 0)
-        self.local = ("?", 0)
-        self.name = "?"
-        self.ticket = None          # lavinmq.listener.Ticket
-        self.login_pending = None   # the timer of a login answered late (lavinmq.auth.throttle)
-        self.tls = False
         self.transport_name = "tcp"     # or "websocket"
         self.connected_at = int(time.time() * 1000)
         self.accepted = time.monotonic()
@@ -85,41 +77,18 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
     # -- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport):
-        self.transport = transport
-        self.peer = client_peer(self, transport)
-        self.local = transport.get_extra_info("sockname") or ("?", 0)
-        if isinstance(self.local, str):     # a UNIX socket: its path
-            self.local = (self.local, 0)
-        self.tls = transport.get_extra_info("ssl_object") is not None
-        self.name = f"{self.peer[0]}:{self.peer[1]} -> {self.local[0]}:{self.local[1]}"
-        self.accepted = time.monotonic()
-        if self.ticket is not None:
-            self.ticket.close = transport.abort     # the guard may need the slot before login
-        self.server.connections.add(self)
-        churn.count("connection_created")
+        self.socket_opened(transport)
         log.debug("MQTT connection from %s", self.name)
 
     def connection_lost(self, exc):
-        churn.count("connection_closed")
-        if self.login_pending is not None:
-            self.login_pending.cancel()
-            self.login_pending = None
+        self.socket_lost()
         self.transport = None
-        if self.token_timer is not None:
-            self.token_timer.cancel()
-            self.token_timer = None
         if not self.closing:
             # the client went away without DISCONNECT: its will is published
             self._shut(publish_will=True, reason="connection lost")
         self.state.closed = True
         self.phase = _mqtt.MP_CLOSED_
-        self.server.connections.discard(self)
-        if self.vhost is not None:
-            self.vhost.connections.discard(self)
-        self.release_buffer()
-        process.released()
-        if self.ticket is not None:
-            self.ticket.release()
+        self.socket_released()
 
     def eof_received(self):
         return False
@@ -139,13 +108,10 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
             raise ProtocolError("a second CONNECT")
         if self.ticket is not None:
             self.ticket.progress(LOGGING_IN)
-        delay = self._login_delay(args[6])
+        delay = self.login_delay(self._throttle_key(args[6]))
         if not delay:
             return self._connect(args)
-        # backing off (lavinmq.auth.throttle): answered late, whatever the
-        # password, so a guesser learns slowly and a user who knows it gets in
-        self.block_reading()
-        self.login_pending = asyncio.get_running_loop().call_later(delay, self._connect_late, args)
+        self.answer_login_later(delay, self._connect_late, args)
 
     def _connect_late(self, args):
         self.login_pending = None
@@ -161,17 +127,10 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _throttle_key(self, username):
-        """(address, user) the login throttle counts failures of; None when there is none."""
-        throttle = getattr(self.server, "login_throttle", None)
-        if throttle is None or username is None:
+        """The login throttle's key for CONNECT's user name (`vhost:user` counts as user)."""
+        if username is None:
             return None
-        name = username.decode(errors="replace").split(":", 1)[-1]
-        address = self.peer[0] if isinstance(self.peer[0], str) else ""
-        return throttle.key(address, name, self.server.users.get(name) is not None)
-
-    def _login_delay(self, username):
-        key = self._throttle_key(username)
-        return self.server.login_throttle.delay_for(*key) if key is not None else 0.0
+        return self.login_throttle_key(username.decode(errors="replace").split(":", 1)[-1])
 
     def _connect(self, args):
         name, level, clean, keepalive, client_id, will, username, password = args
@@ -229,7 +188,6 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
 
     # -- OAuth tokens ------------------------------------------------------------
 
-    token_timer = None
     keys_task = None
 
     def _fetch_keys(self, auth):
@@ -262,7 +220,7 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
         vhost_name = self.config.mqtt_default_vhost
         if ":" in username:
             vhost_name, username = username.split(":", 1)
-        address = self.peer[0] if isinstance(self.peer[0], str) else ""
+        address = self.peer_address
         password = password.decode(errors="replace")
         # the broker's sign-in chain ([main] auth_backends), as LavinMQ's
         # MQTT: an OAuth token in the password field signs in too
@@ -272,7 +230,7 @@ class MQTTConnection(_mqtt.MQTTCore, asyncio.BufferedProtocol):
             self._fetch_keys(auth)
             raise ConnectRefused(SERVER_UNAVAILABLE, "the OAuth issuer's keys are being fetched")
         user = auth.authenticate(username, password)
-        if user is not None and user.loopback_only and not from_loopback(self, address):
+        if user is not None and user.loopback_only and not self.from_loopback(address):
             user = None
             reason = f"user {username!r} may only connect from loopback"
         else:
