@@ -105,12 +105,6 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
         else:
             self.resume_after_flow()
 
-    def eof_received(self):
-        return False
-
-    def pause_writing(self):
-        self.state.paused = True
-
     def resume_writing(self):
         self.state.paused = False
         for ch in self.open_channels():

@@ -90,12 +90,6 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self.phase = _mqtt.MP_CLOSED_
         self.socket_released()
 
-    def eof_received(self):
-        return False
-
-    def pause_writing(self):
-        self.state.paused = True
-
     def resume_writing(self):
         self.state.paused = False
         if self.consumer is not None:
