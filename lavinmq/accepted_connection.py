@@ -4,8 +4,7 @@ socket opens, its name and addresses, its slot under the connection caps
 (the listener's Ticket), the server's list and the churn counters; when
 the socket goes, the timers that must not outlive it (a token's expiry, a
 login answered late), the lists, its read buffer and its slot; in between,
-the login throttle's back-off and the transport's
-pause (EOF, a full write buffer).
+the login throttle's back-off, EOF and a full write buffer.
 
 A mixin put before the protocol's Cython core in the bases. It runs once
 per connection or login, never per frame, and names no field the core
