@@ -11,9 +11,9 @@ back as a valid record with a zeroed body) or stale bytes past a hole.
 LavinMQ's record format has no checksum and we keep the format, so the
 evidence has to live next to it.
 
-What. Each durable queue directory has a file `commit` with two slots (at
-0 and SLOT_SPACING). Every group commit that flushes new records of the
-queue writes the next slot (alternating) before its fdatasync:
+What. Each durable queue directory has a file `commit` with SLOTS slots
+(at k * SLOT_SPACING). Every group commit that flushes new records of the
+queue writes the next slot (seq % SLOTS) before its fdatasync:
 
     magic "LMQC" | version u16 | count u16 | seq u64 | boot id (16 bytes) |
     first segment u32 | start position u32 |
@@ -26,8 +26,11 @@ others, with the crc32 of those bytes; end 0 means the segment was gone
 The slot is fdatasync'ed in the same flush as the segments, so when the
 confirm goes out both are on disk; when the power goes mid-flush, either
 the new slot or the bytes it describes may be missing, and the crc tells.
-Two slots, so that a torn slot write leaves the previous (completed)
-commit readable.
+Up to SLOTS - 1 flushes are on their way at once (lavinmq/sync.py), each
+vouching for everything since the newest commit known complete, so a torn
+slot write (or several) always leaves a completed commit readable: the one
+the torn ones started from. Files written when there were two slots read
+the same (the slots past them are empty).
 
 Recovery. The slot also records the boot id (/proc/sys/kernel/random/boot_id)
 of the run that wrote it. Same boot id: the machine did not go down, the
@@ -52,6 +55,7 @@ import zlib
 MAGIC = b"LMQC"
 VERSION = 1
 SLOT_SPACING = 64 * 1024
+SLOTS = 4           # flushes in flight at once (sync.MAX_IN_FLIGHT) + 1
 HEADER = struct.Struct("<4sHHQ16sII")
 ENTRY = struct.Struct("<II")
 MAX_ENTRIES = (SLOT_SPACING - HEADER.size - 4) // ENTRY.size
@@ -125,17 +129,21 @@ def read_newest(directory):
     except FileNotFoundError:
         return False, None
     best = None
-    for off in (0, SLOT_SPACING):
+    for off in range(0, SLOTS * SLOT_SPACING, SLOT_SPACING):
         slot = Slot.decode(data[off:off + SLOT_SPACING])
         if slot is not None and (best is None or slot.seq > best.seq):
             best = slot
     return True, best
 
 
+def slot_offset(seq):
+    return (seq % SLOTS) * SLOT_SPACING
+
+
 def write_slot(directory, slot, sync=True):
     fd = os.open(commit_path(directory), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        os.pwrite(fd, slot.encode(), (slot.seq & 1) * SLOT_SPACING)
+        os.pwrite(fd, slot.encode(), slot_offset(slot.seq))
         if sync:
             os.fdatasync(fd)
     finally:

@@ -38,6 +38,18 @@ SYNCFS_ABOVE = 64
 # Seconds a write may wait for a flush when nothing waits for it.
 LAZY_FLUSH = 1.0
 
+# Flushes on their way to the disk at once. A publisher with a window of
+# unconfirmed messages waits for the disk's latency, not its bandwidth: with
+# one flush at a time, what arrives during a flush waits for it to end and
+# then for its own, and for the loop's turn in between; with a few in flight
+# the next starts at once and the journal commits follow each other back to
+# back (LavinMQ's lavinmqperf -c 1000 -p: +10-20% here). Each one vouches
+# for everything since the newest completed commit (MessageStore.take_sync),
+# and the commit file has a slot per flush in flight and one for the newest
+# completed (commit.SLOTS). A cluster's leader keeps one at a time: a flush
+# is its unit of replication.
+MAX_IN_FLIGHT = commit.SLOTS - 1
+
 
 def fsync_dir(path):
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -68,14 +80,15 @@ class Syncer:
         self.dirty = []          # MessageStores written since the last flush started
         self.extra_files = set()  # other files to include (definitions.amqp)
         self.waiters = []        # callables to run after the next flush
-        self.flushing = False
+        self.in_flight = 0       # flushes submitted and not done
         self.flushes = 0         # rounds done, for tests and stats
-        self.retry = None        # (files, dirs, jobs) of a round that ran out of descriptors
+        self.retry = None        # (files, dirs) of rounds that ran out of descriptors
+        self.held = []           # their waiters, and those of later rounds, until a retry is done
         self._timer = None       # the lazy flush, when writes wait with nobody waiting on them
         self._current = None     # the running flush's future
         self._flusher = None     # lavinmq._core.flusher.Flusher, made on the loop of the first flush
         self._loop = None
-        self._rounds = {}        # round id -> (waiters, files, dirs, jobs, future)
+        self._rounds = {}        # round id -> (waiters, files, dirs, jobs, future, rnd, taken)
         self.failed = False      # a flush failed: the broker is stopping
         self.replicator = None   # a cluster's leader: lavinmq.clustering.replicator.Replicator
         self.replicating = 0     # flushes done here whose followers have not all acknowledged
@@ -83,7 +96,7 @@ class Syncer:
     @property
     def idle(self):
         """Nothing written and nothing in flight: a confirm may go out now."""
-        return (not self.flushing and not self.dirty and not self.extra_files and self.retry is None
+        return (not self.in_flight and not self.dirty and not self.extra_files and self.retry is None
                 and not self.replicating)
 
     def after_flush(self, callback):
@@ -92,13 +105,21 @@ class Syncer:
             callback()
             return
         self.waiters.append(callback)
-        if not self.flushing:
+        if self._may_start():
             self._start()
 
     def confirm_later(self, channel):
         """A channel owes confirms up to its current publish sequence."""
         seq = channel.publish_seq
         self.after_flush(lambda: channel.confirm_to(seq))
+
+    def _may_start(self):
+        limit = 1 if self.replicator is not None else MAX_IN_FLIGHT
+        return self.in_flight < limit
+
+    @property
+    def flushing(self):
+        return self.in_flight > 0
 
     def add_file(self, path):
         self.extra_files.add(path)
@@ -130,7 +151,8 @@ class Syncer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while not self.failed and (self.flushing or self.dirty or self.extra_files or self.waiters):
+        while not self.failed and (self.flushing or self.dirty or self.extra_files or self.waiters
+                                   or self.retry is not None):
             if not self.flushing:
                 self._start()
             await asyncio.wait([self._current])
@@ -139,19 +161,20 @@ class Syncer:
     def _start(self):
         if self.failed:
             return          # stopping: nothing more is confirmed
-        self.flushing = True
+        self.in_flight += 1
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         stores, self.dirty = self.dirty, []
         waiters, self.waiters = self.waiters, []
-        files, dirs, jobs = list(self.extra_files), set(), []
+        files, dirs, jobs, taken = list(self.extra_files), set(), [], []
         self.extra_files = set()
         if self.retry is not None:
             files.extend(self.retry[0])
             dirs.update(self.retry[1])
-            jobs.extend(self.retry[2])
             self.retry = None
+            waiters[:0] = self.held
+            self.held = []
         for store in stores:
             paths, directory, job = store.take_sync()
             files.extend(paths)
@@ -160,11 +183,12 @@ class Syncer:
                 dirs.add(os.path.dirname(directory))
             if job is not None:
                 jobs.append(job)
+                taken.append((store, job))
         # the followers get the flush first: their round trip is the longer one
         rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
-        self._submit(files, sorted(dirs), jobs, waiters, rnd)
+        self._submit(files, sorted(dirs), jobs, waiters, rnd, taken)
 
-    def _submit(self, files, dirs, jobs, waiters, rnd):
+    def _submit(self, files, dirs, jobs, waiters, rnd, taken=()):
         loop = asyncio.get_running_loop()
         if self._flusher is None or self._loop is not loop:
             self._attach(loop)
@@ -174,9 +198,9 @@ class Syncer:
             rid = self._flusher.submit(files, dirs, jobs, self.data_dir, commit.BOOT_ID)
         except OSError as exc:
             fut.set_result(None)
-            self._done(exc, waiters, files, dirs, jobs, rnd)
+            self._done(exc, waiters, files, dirs, jobs, rnd, taken)
             return
-        self._rounds[rid] = (waiters, files, dirs, jobs, fut, rnd)
+        self._rounds[rid] = (waiters, files, dirs, jobs, fut, rnd, taken)
 
     def _attach(self, loop):
         """The flusher wakes this loop through an eventfd, as a socket would."""
@@ -192,22 +216,34 @@ class Syncer:
 
     def _on_rounds(self):
         for rid, err in self._flusher.take_done():
-            waiters, files, dirs, jobs, fut, rnd = self._rounds.pop(rid)
+            waiters, files, dirs, jobs, fut, rnd, taken = self._rounds.pop(rid)
             fut.set_result(None)
-            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs, rnd)
+            if not err:
+                for store, job in taken:
+                    store.commit_done(job)
+            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs, rnd, taken)
 
-    def _done(self, exc, waiters, files=(), dirs=(), jobs=(), rnd=None):
-        self.flushing = False
+    def _done(self, exc, waiters, files=(), dirs=(), jobs=(), rnd=None, taken=()):
+        self.in_flight -= 1
         self.flushes += 1
         if exc is not None and rnd is not None:
             rnd.flushed(None)       # its confirms wait for a later flush, or never come
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
             # out of descriptors to open the files with: nothing was lost on
-            # the disk, so wait (confirms wait too) and flush the same files again
+            # the disk, so wait (confirms wait too) and flush the same files
+            # again, with commits taken afresh
             log.warning("flushing messages to disk: %s; retrying", exc.strerror)
-            self.retry = (files, set(dirs), list(jobs))
-            self.waiters[:0] = waiters
+            old_files, old_dirs = self.retry if self.retry is not None else ([], set())
+            self.retry = (old_files + list(files), old_dirs | set(dirs))
+            self.held.extend(waiters)
+            for store, _ in taken:
+                store.commit_again()
             asyncio.get_running_loop().call_later(0.2, self._retry)
+            return
+        if self.retry is not None:
+            # an earlier flush of the ones in flight failed: confirms are
+            # cumulative, so these wait for its retry too
+            self.held.extend(waiters)
             return
         if exc is not None:
             # a failed fdatasync means the kernel may have dropped the pages:
@@ -220,7 +256,7 @@ class Syncer:
             rnd.flushed(lambda: self._release(waiters))
         else:
             self._release(waiters)
-        if self.waiters:
+        if self.waiters and self._may_start():
             self._start()
         elif self.dirty or self.extra_files:
             self._arm()

@@ -46,6 +46,7 @@ cdef tuple load_store(MessageStore self):
         self.sync_seg, self.sync_pos = slot.first, slot.start
         if self.sync_seg < self.base_id:
             self.sync_seg, self.sync_pos = self.base_id, SEGMENT_HEADER
+        self.done_seg, self.done_pos = self.sync_seg, self.sync_pos
     for i, seg_id in enumerate(ids):
         while self.base_id + len(self.segs) < seg_id:
             self.more_segs().append(None)

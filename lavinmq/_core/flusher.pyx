@@ -65,6 +65,7 @@ cdef extern from "<sys/stat.h>" nogil:
 
 cdef enum:
     SLOT_SPACING = 65536
+    SLOTS = 4                   # lavinmq/commit.py's SLOTS
     HEADER_SIZE = 40            # "<4sHHQ16sII"
     ENTRY_SIZE = 8              # end u32, crc u32
     MAX_ENTRIES = 8186          # (SLOT_SPACING - HEADER_SIZE - 4) // ENTRY_SIZE
@@ -280,7 +281,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
     if fd < 0:
         e = errno
         return 0 if e == ENOENT else e      # the queue was deleted meanwhile
-    wrote = pwrite(fd, slot, pos, (c.seq & 1) * SLOT_SPACING)
+    wrote = pwrite(fd, slot, pos, (c.seq % SLOTS) * SLOT_SPACING)
     e = errno if wrote != pos else 0
     if wrote >= 0 and wrote != pos:
         e = 5       # EIO: a short write of 1 KiB at most means something is wrong

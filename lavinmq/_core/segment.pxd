@@ -80,10 +80,17 @@ cdef class MessageStore:
         bint sync_dir           # a file was created or removed since the last flush
         bint disk_full_logged   # one log line per disk-full episode
         bint touched            # written since the last unmap_idle
-        # where the next commit record starts (lavinmq/commit.py): what came
-        # before is covered by commits already taken
+        # how far the commits already taken reach (lavinmq/commit.py): a
+        # write past it goes into the next flush
         uint32_t sync_seg
         Py_ssize_t sync_pos
+        # where the next commit record starts: the end of the newest commit
+        # known complete. Flushes overlap (lavinmq/sync.py), so the one being
+        # taken may follow one still on its way to the disk: it vouches for
+        # that one's bytes too, and a power cut that tears both leaves the
+        # store cut back to a commit that did complete
+        uint32_t done_seg
+        Py_ssize_t done_pos
         uint64_t commit_seq     # sequence number of the next commit record
         set acks_to_sync        # ack files written since the last flush
 

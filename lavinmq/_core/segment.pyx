@@ -129,8 +129,8 @@ cdef class MessageStore:
                 # a new queue: its commit file comes before its first
                 # segment (journals keep creations in order), so a segment
                 # never exists without the record that judges it
-                self.sync_seg = self.base_id if self.base_id else 1
-                self.sync_pos = SEGMENT_HEADER
+                self.sync_seg = self.done_seg = self.base_id if self.base_id else 1
+                self.sync_pos = self.done_pos = SEGMENT_HEADER
                 commits.write_slot(self.path(), commits.Slot(0, commits.BOOT_ID, self.sync_seg,
                                                           SEGMENT_HEADER, []), sync=False)
                 changes.changed(commits.commit_path(self.path()))
@@ -365,7 +365,7 @@ cdef class MessageStore:
         commits.write_slot(self.path(), commits.Slot(self.commit_seq, commits.BOOT_ID, self.wseg.id,
                                                   self.wseg.size, []))
         self.commit_seq += 1
-        self.sync_seg, self.sync_pos = self.wseg.id, self.wseg.size
+        self.sync_seg, self.sync_pos = self.done_seg, self.done_pos = self.wseg.id, self.wseg.size
         self.sync_dir = False
 
     def take_sync(self):
@@ -385,20 +385,40 @@ cdef class MessageStore:
         job = None
         if w.id != self.sync_seg or w.size != self.sync_pos:
             ends = []
-            for seg_id in range(self.sync_seg, w.id + 1):
+            for seg_id in range(self.done_seg, w.id + 1):
                 s = self.segment(seg_id)
                 if s is not None and not s.dropped:
                     files.append(s.path)
                     ends.append((seg_id, s.size))
                 else:
                     ends.append((seg_id, 0))
-            job = (self.path(), self.commit_seq, self.sync_seg, self.sync_pos, ends)
+            job = (self.path(), self.commit_seq, self.done_seg, self.done_pos, ends)
             self.commit_seq += 1
             self.sync_seg, self.sync_pos = w.id, w.size
         directory = self.path() if self.sync_dir else None
         self.sync_marked = False
         self.sync_dir = False
         return files, directory, job
+
+    def commit_done(self, job):
+        """The flush that carried `job` (from take_sync) is on the disk:
+        later commits start where it ended. Flushes complete in the order
+        they were taken; a synchronous commit since (_commit_now) may
+        already reach further."""
+        cdef uint32_t seg = job[4][-1][0]
+        cdef Py_ssize_t end = job[4][-1][1]
+        if end == 0:
+            return      # the segment is gone (all acked): the next commit's own range says so
+        if seg > self.done_seg or (seg == self.done_seg and end > self.done_pos):
+            self.done_seg, self.done_pos = seg, end
+
+    def commit_again(self):
+        """The flush that carried this store's commit could not run (out of
+        descriptors): the next flush takes a commit afresh, from the newest
+        one that completed, rather than the stale one again."""
+        self.sync_seg, self.sync_pos = self.done_seg, self.done_pos
+        if self.group_commit is not None and not self.sync_marked and not self.closed:
+            self.mark_for_sync()
 
     # -- messages ------------------------------------------------------------
 

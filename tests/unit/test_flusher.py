@@ -34,8 +34,8 @@ def test_slot_is_the_one_commit_py_writes(tmp_path):
     with open(commit.commit_path(job[0]), "rb") as f:
         by_python = f.read()
     with open(commit.commit_path(job[0]), "r+b") as f:     # the slot wiped, the rest kept
-        f.seek((job[1] & 1) * commit.SLOT_SPACING)
-        f.write(bytes(len(by_python) - (job[1] & 1) * commit.SLOT_SPACING))
+        f.seek(commit.slot_offset(job[1]))
+        f.write(bytes(len(by_python) - commit.slot_offset(job[1])))
     flusher.flush_now(files, [directory], [job], str(tmp_path), commit.BOOT_ID)
     with open(commit.commit_path(job[0]), "rb") as f:
         by_flusher = f.read()

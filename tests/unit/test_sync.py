@@ -24,10 +24,10 @@ def flushes(monkeypatch):
         def set(self):
             flusher.open_gate(1)
 
-    def recorded(self, files, dirs, jobs, waiters, rnd):
-        calls.append((sorted(list(files) + [commit.commit_path(job[0]) for job in jobs]), list(dirs)))
+    def recorded(self, files, dirs, jobs, waiters, rnd, taken=()):
+        calls.append((sorted(list(files) + [commit.commit_path(job[0]) for job in jobs]), list(dirs), jobs))
         gates.append(Gate())
-        real(self, files, dirs, jobs, waiters, rnd)
+        real(self, files, dirs, jobs, waiters, rnd, taken)
 
     flusher.gate(0)
     monkeypatch.setattr(sync.Syncer, "_submit", recorded)
@@ -42,7 +42,9 @@ async def until(cond, timeout=5):
         await asyncio.sleep(0.005)
 
 
-async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
+async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes, monkeypatch):
+    # one flush at a time (a cluster's leader; the overlap is the next test)
+    monkeypatch.setattr(sync, "MAX_IN_FLIGHT", 1)
     calls, gates = flushes
     syncer = sync.Syncer(str(tmp_path))
     a = MessageStore(str(tmp_path / "a"), 4096, None, syncer)
@@ -82,6 +84,45 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes):
     assert done[-1] == 5 and len(calls) == 2
     a.close()
     b.close()
+
+
+async def test_flushes_overlap_and_each_vouches_from_the_newest_completed(tmp_path, flushes):
+    """A publisher's confirms wait for the disk's latency: the next flush
+    starts while one is on its way (up to MAX_IN_FLIGHT), each one's commit
+    starts where the newest completed commit ended, and waiters still run
+    in order, after the flush that covers them."""
+    calls, gates = flushes
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 1 << 20, None, syncer)
+    done = []
+    ends = []
+    for n in range(1, sync.MAX_IN_FLIGHT + 2):
+        _, pos, size = s.py_append(record(b"m%d" % n))
+        ends.append(pos + size)
+        syncer.after_flush(lambda n=n: done.append(n))
+    # MAX_IN_FLIGHT flushes started, none done: the last waiter waits for a slot
+    await until(lambda: len(calls) == sync.MAX_IN_FLIGHT)
+    await asyncio.sleep(0.05)
+    assert len(calls) == sync.MAX_IN_FLIGHT and done == []
+    jobs = [c[2][0] for c in calls]
+    first_start = jobs[0][3]
+    # all start where the last completed commit (the queue's creation) ended,
+    # so a power cut tearing a later one never keeps an earlier one's bytes
+    assert [(j[2], j[3]) for j in jobs] == [(1, first_start)] * len(jobs)
+    assert [j[4][-1][1] for j in jobs] == ends[:sync.MAX_IN_FLIGHT]
+    assert len({j[1] % commit.SLOTS for j in jobs}) == len(jobs)    # a slot each
+    gates[0].set()
+    await until(lambda: done == [1] and len(calls) == sync.MAX_IN_FLIGHT + 1)
+    # the next one starts where the first, now complete, ended
+    nxt = calls[-1][2][0]
+    assert (nxt[2], nxt[3]) == (1, ends[0])
+    for g in gates[1:]:
+        g.set()
+    await until(lambda: done == list(range(1, sync.MAX_IN_FLIGHT + 2)) and syncer.idle)
+    # recovery reads the newest slot of the four
+    _, slot = commit.read_newest(str(tmp_path / "q"))
+    assert slot.seq == nxt[1] and slot.entries[-1][0] == ends[-1]
+    s.close()
 
 
 async def test_flush_makes_files_durable_without_error(tmp_path):
