@@ -42,7 +42,13 @@ PERSIST = [*DIRECT, "--exchange-args", '{"x-persist-messages": 1000000}']
 SCENARIOS = {
     "1 pub + 1 con (no-ack)": (["-y", "0"], ["-x", "0"], "consume", []),
     "publish only": (["-y", "0"], None, "publish", []),
-    "consume only (pre-filled)": ("prefill", ["-x", "0"], "consume", []),
+    # the same backlog in both brokers (BACKLOG_PER_SECOND x --seconds
+    # messages, more than the fastest client drains in that time): filling
+    # for a time gave the faster broker a backlog three times as deep (58M vs
+    # 19M), and a deeper one is slower to drain while the kernel still writes
+    # the fill back. Consumed for --seconds: LavinMQ's lavinmqperf checks -D
+    # once a second, too coarse to time a drain to the end
+    "consume only (pre-filled)": ("prefill-count", ["-x", "0"], "consume", []),
     "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume", []),
     "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume", []),
     # issue 29: persistent messages, confirms after fsync (group commit)
@@ -92,6 +98,7 @@ SCENARIOS = {
     "persistent exchange, nothing bound": (["-y", "0"], None, "publish", [*PERSIST, "--bindings", "[]"]),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
+BACKLOG_PER_SECOND = 7_000_000
 # what --other-client measures (flags LavinMQ's lavinmqperf has too); with
 # --baseline-rows only the last two (issue 29's seven rows)
 OTHER_CLIENT_ROWS = ["1 pub + 1 con (no-ack)", "publish only", "consume only (pre-filled)",
@@ -137,12 +144,19 @@ def run_scenario(uri, name, seconds, client=None):
     run_id = uuid.uuid4().hex[:8]
     queue, exchange = "cmp-" + run_id, "cmpx-" + run_id
     common = [a.replace("{exchange}", exchange).replace("{queue}", queue) for a in common]
-    if pub not in (None, "prefill"):
+    if pub not in (None, "prefill", "prefill-count"):
         pub = [a.replace("{queue}", queue) for a in pub]
     if con is not None:
         con = [a.replace("{queue}", queue) for a in con]
     base = ["-u", queue, *common]
     try:
+        if pub == "prefill-count":
+            n = BACKLOG_PER_SECOND * seconds
+            result(perf(uri, ["-y", "0", "-C", str(n), *base], 0))
+            r = result(perf(uri, [*base, *con], seconds, client))
+            if r.get("consumed", 0) >= n:
+                print(f"  {name}: the backlog ran out: the rate is too low", file=sys.stderr)
+            return r["avg_consume_rate"]
         if pub == "prefill":
             # fill for the same time (with ours: the fill is not measured),
             # then measure draining it
