@@ -7,6 +7,9 @@ from lavinmq._core.queue cimport Queue, ConsumerBase
 from lavinmq._core.segment cimport SP
 from lavinmq._core.routing cimport Exchange, RouteOut
 
+cdef enum:
+    FLOW_BACKLOG = 4096        # ready messages in a consumed queue before its publishers wait (_flow.pxi)
+
 
 cdef class ConnState:
     # What channels and consumers need of their connection, without
@@ -24,6 +27,7 @@ cdef class ConnState:
         public uint64_t send_oct
         public uint64_t recv_oct
         public bint throttle         # a queue it fed has consumers falling behind
+        public Queue flow_queue      # that queue (lavinmq/_core/_flow.pxi)
         public object syncer         # lavinmq.sync.Syncer, None with sync off
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read

@@ -29,7 +29,6 @@ cdef enum:
     BUFFER_KEEP = 1 << 20      # a publish buffer above this is given back before the next publish
     NO_CONSUMER = 0xffffffff
     FLUSH_AT = 262144          # bytes of output before a mid-pass flush
-    FLOW_BACKLOG = 4096        # ready messages in a consumed queue before publishers are slowed
     ACT_ACK = 0
     ACT_REQUEUE = 1
     ACT_DROP = 2
@@ -481,6 +480,7 @@ cdef class Channel:
                     refused |= rc
                 elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:
                     self.state.throttle = True
+                    self.state.flow_queue = q
         return refused
 
     cdef int send_return(self, uint16_t code, bytes text, const char *rec) except -1:

@@ -1,18 +1,21 @@
 # cython: language_level=3
+import asyncio
 import logging
 
 from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcmp, memmove, memcpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
-from lavinmq._core.channel cimport ConnState, Channel
+from lavinmq._core.channel cimport ConnState, Channel, FLOW_BACKLOG
+from lavinmq._core.queue cimport Queue
 from lavinmq._core.codec cimport decode_method_args, encode_method_args
 from lavinmq._core cimport spec
 
+from lavinmq._core import queue as _queue_mod
 from lavinmq.errors import (
     AMQPError, ChannelErrorHard, FrameError, UnexpectedFrame, InternalError, SyntaxError_,
     CommandInvalid,
@@ -25,8 +28,6 @@ cdef bytes PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 cdef enum:
     READ_BUFFER = 262144
 
-cdef double FLOW_PAUSE = 0.002   # seconds a throttled publisher's socket is left unread
-
 
 cdef inline double monotonic() noexcept nogil:
     cdef timespec ts
@@ -38,6 +39,9 @@ cdef inline uint64_t now_ms() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
     return <uint64_t>ts.tv_sec * 1000 + <uint64_t>(ts.tv_nsec // 1000000)
+
+
+include "_flow.pxi"
 
 
 cdef extern from "malloc.h":
@@ -78,6 +82,8 @@ cdef class CoreConnection:
         self.rbuf = NULL
         self.rcap = self.rlen = 0
         self.state.wbuf.clear()
+        if self.flow_line is not None:
+            _flow_forget(self)
 
     def get_buffer(self, Py_ssize_t sizehint):
         cdef Py_ssize_t need = <Py_ssize_t>self.frame_max + 16    # see max_payload in process()
@@ -105,6 +111,7 @@ cdef class CoreConnection:
             self.block_reading()      # a resource alarm: no more publishes from here
         if self.state.throttle:
             self.state.throttle = False
+            self.flow_batch = self.state.publishes - publishes
             self.slow_down()
 
     def end_of_batch(self):
@@ -332,17 +339,22 @@ cdef class CoreConnection:
         return 0
 
     def slow_down(self):
-        """Flow control: consumers of a queue this connection publishes to are
-        behind. Skip reading its socket until the loop has run a delivery
-        pass, so its publisher blocks on a full socket and leaves the CPU to
-        the consumers (on a 2-core box they compete for it)."""
-        if self.transport is not None and self.phase == PH_OPEN:
+        """Flow control: a queue this connection publishes to is behind (its
+        consumers, or its expiry). Its socket is not read until that queue's
+        line (_flow.pxi) lets it in, so its publisher blocks on a full socket
+        and leaves the CPU to the consumers."""
+        cdef Queue q = self.state.flow_queue
+        self.state.flow_queue = None
+        if q is None or self.transport is None or self.phase != PH_OPEN or self.flow_line is not None:
+            return
+        if not self.paused_reading:
             self.transport.pause_reading()
             self.paused_reading = True
-            import asyncio
-            asyncio.get_running_loop().call_later(FLOW_PAUSE, self.resume_after_flow)
+        _flow_wait(self, q)
 
     def resume_after_flow(self):
+        if self.flow_line is not None:
+            _flow_forget(self)      # let in by other means (an alarm's end)
         if self.paused_reading and self.transport is not None and self.phase == PH_OPEN \
                 and not self.state.blocked:
             self.paused_reading = False

@@ -510,7 +510,7 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
         if self.phase != 2:
             return
         timeout = self.config.unfinished_timeout
-        if self.stalled_for(now) > timeout and not self.state.blocked:
+        if self.stalled_for(now) > timeout and not self.state.blocked and not self.paused_reading:
             log.warning("%s: unfinished message bodies or transactions (%d bytes) made no progress for %d s, "
                         "closing", self.name, self.held_bytes, timeout)
             self.close(320, f"CONNECTION_FORCED - unfinished message bodies or transactions made no progress "
@@ -518,7 +518,11 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
             return
         if not self.heartbeat_interval:
             return
-        if now - self.last_recv > 2 * self.heartbeat_interval:
+        if self.paused_reading:
+            # we are not reading it (flow control, an alarm): its heartbeats
+            # wait in the socket, unseen, through no fault of the client
+            self.last_recv = now
+        elif now - self.last_recv > 2 * self.heartbeat_interval:
             log.warning("%s missed heartbeats, closing", self.name)
             self.phase = 4
             self.transport.abort()
