@@ -412,6 +412,17 @@ cdef class MessageStore:
         if seg > self.done_seg or (seg == self.done_seg and end > self.done_pos):
             self.done_seg, self.done_pos = seg, end
 
+    def pending_sync_bytes(self):
+        """Bytes of records written since the last flush took this store's
+        marks (a rough count across a segment change): what the next flush
+        would carry."""
+        cdef Segment w = self.wseg
+        if w is None or self.closed:
+            return 0
+        if w.id != self.sync_seg:
+            return w.size
+        return w.size - self.sync_pos
+
     def commit_again(self):
         """The flush that carried this store's commit could not run (out of
         descriptors): the next flush takes a commit afresh, from the newest

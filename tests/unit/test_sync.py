@@ -86,11 +86,12 @@ async def test_waiters_run_after_the_flush_that_covers_them(tmp_path, flushes, m
     b.close()
 
 
-async def test_flushes_overlap_and_each_vouches_from_the_newest_completed(tmp_path, flushes):
+async def test_flushes_overlap_and_each_vouches_from_the_newest_completed(tmp_path, flushes, monkeypatch):
     """A publisher's confirms wait for the disk's latency: the next flush
     starts while one is on its way (up to MAX_IN_FLIGHT), each one's commit
     starts where the newest completed commit ended, and waiters still run
     in order, after the flush that covers them."""
+    monkeypatch.setattr(sync, "OVERLAP_MIN_BYTES", 1)     # these records are small
     calls, gates = flushes
     syncer = sync.Syncer(str(tmp_path))
     s = MessageStore(str(tmp_path / "q"), 1 << 20, None, syncer)
@@ -122,6 +123,31 @@ async def test_flushes_overlap_and_each_vouches_from_the_newest_completed(tmp_pa
     # recovery reads the newest slot of the four
     _, slot = commit.read_newest(str(tmp_path / "q"))
     assert slot.seq == nxt[1] and slot.entries[-1][0] == ends[-1]
+    s.close()
+
+
+async def test_a_small_flush_waits_for_the_one_on_its_way(tmp_path, flushes):
+    """A few records (a slow publisher's read) do not get a flush of their
+    own next to one on its way: one confirm frame per read costs such a
+    client more than the wait. OVERLAP_MIN_BYTES of them do."""
+    calls, gates = flushes
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 1 << 20, None, syncer)
+    done = []
+    s.py_append(record(b"first"))
+    syncer.after_flush(lambda: done.append(1))
+    await until(lambda: len(calls) == 1)
+    s.py_append(record(b"small"))
+    syncer.after_flush(lambda: done.append(2))
+    await asyncio.sleep(0.05)
+    assert len(calls) == 1                          # waits for the first
+    big = record(b"x" * sync.OVERLAP_MIN_BYTES)
+    s.py_append(big)
+    syncer.after_flush(lambda: done.append(3))
+    await until(lambda: len(calls) == 2)            # enough to go alongside
+    for g in gates[:2]:
+        g.set()
+    await until(lambda: done == [1, 2, 3])
     s.close()
 
 
