@@ -117,16 +117,12 @@ def publish_through_connection_core(tmpdir):
     """Method + header + body frames parsed by the connection core and the
     message appended to a queue (no socket), 2,000 publishes per feed."""
     from lavinmq._core.connection import bench_feed
-    from lavinmq.amqp.connection import AMQPConnection
-    from tests.helpers.inproc import FakeServer, FakeTransport
+    from tests.helpers.inproc import open_connection
     from tests.helpers.rawclient import publish_frames
     from tests.unit.test_connection_core import handshake
 
     async def setup():
-        server = FakeServer(tmpdir)
-        conn = AMQPConnection(server)
-        conn.connection_made(FakeTransport())
-        conn.t = conn.transport
+        server, conn = open_connection(tmpdir)
         handshake(conn)
         return server, conn
 
@@ -161,16 +157,12 @@ def deliver_from_backlog(tmpdir):
     from pamqp import commands, frame
     from lavinmq._core.connection import bench_feed
     from lavinmq._core.queue import bench_deliver
-    from lavinmq.amqp.connection import AMQPConnection
-    from tests.helpers.inproc import FakeServer, FakeTransport, feed
+    from tests.helpers.inproc import feed, open_connection
     from tests.helpers.rawclient import publish_frames
     from tests.unit.test_connection_core import handshake
 
     async def setup():
-        server = FakeServer(tmpdir)
-        conn = AMQPConnection(server)
-        conn.connection_made(FakeTransport())
-        conn.t = conn.transport
+        server, conn = open_connection(tmpdir)
         handshake(conn)
         q = server.vhosts["/"].declare_queue("perf1", False, None, False, {})
         bench_feed(conn, publish_frames(1, "", "perf1", b"x" * 16) * 2000, 60)       # 120,000 waiting

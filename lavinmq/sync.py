@@ -95,7 +95,7 @@ class Syncer:
         self._current = None     # the running flush's future
         self._flusher = None     # lavinmq._core.flusher.Flusher, made on the loop of the first flush
         self._loop = None
-        self._rounds = {}        # round id -> (waiters, files, dirs, jobs, future, rnd, taken)
+        self._rounds = {}        # round id -> (waiters, files, dirs, future, rnd, taken)
         self.failed = False      # a flush failed: the broker is stopping
         self.replicator = None   # a cluster's leader: lavinmq.clustering.replicator.Replicator
         self.replicating = 0     # flushes done here whose followers have not all acknowledged
@@ -182,7 +182,7 @@ class Syncer:
             self._timer = None
         stores, self.dirty = self.dirty, []
         waiters, self.waiters = self.waiters, []
-        files, dirs, jobs, taken = list(self.extra_files), set(), [], []
+        files, dirs, taken = list(self.extra_files), set(), []
         self.extra_files = set()
         if self.retry is not None:
             files.extend(self.retry[0])
@@ -197,9 +197,9 @@ class Syncer:
                 dirs.add(directory)
                 dirs.add(os.path.dirname(directory))
             if job is not None:
-                jobs.append(job)
                 taken.append((store, job))
         # the followers get the flush first: their round trip is the longer one
+        jobs = [job for _, job in taken]
         rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
         self._submit(files, sorted(dirs), jobs, waiters, rnd, taken)
 
@@ -213,9 +213,9 @@ class Syncer:
             rid = self._flusher.submit(files, dirs, jobs, self.data_dir, commit.BOOT_ID)
         except OSError as exc:
             fut.set_result(None)
-            self._done(exc, waiters, files, dirs, jobs, rnd, taken)
+            self._done(exc, waiters, files, dirs, rnd, taken)
             return
-        self._rounds[rid] = (waiters, files, dirs, jobs, fut, rnd, taken)
+        self._rounds[rid] = (waiters, files, dirs, fut, rnd, taken)
 
     def _attach(self, loop):
         """The flusher wakes this loop through an eventfd, as a socket would."""
@@ -231,14 +231,14 @@ class Syncer:
 
     def _on_rounds(self):
         for rid, err in self._flusher.take_done():
-            waiters, files, dirs, jobs, fut, rnd, taken = self._rounds.pop(rid)
+            waiters, files, dirs, fut, rnd, taken = self._rounds.pop(rid)
             fut.set_result(None)
             if not err:
                 for store, job in taken:
                     store.commit_done(job)
-            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, jobs, rnd, taken)
+            self._done(OSError(err, os.strerror(err)) if err else None, waiters, files, dirs, rnd, taken)
 
-    def _done(self, exc, waiters, files=(), dirs=(), jobs=(), rnd=None, taken=()):
+    def _done(self, exc, waiters, files=(), dirs=(), rnd=None, taken=()):
         self.in_flight -= 1
         self.flushes += 1
         if exc is not None and rnd is not None:

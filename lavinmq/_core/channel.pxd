@@ -26,8 +26,8 @@ cdef class ConnState:
         public list confirm_dirty    # channels owing publisher confirms
         public uint64_t send_oct
         public uint64_t recv_oct
-        public bint throttle         # a queue it fed has consumers falling behind
-        public Queue flow_queue      # that queue (lavinmq/_core/_flow.pxi)
+        public bint throttle         # MQTT: a queue it fed has consumers falling behind (mqtt/_mqtt.pyx)
+        public Queue flow_queue      # AMQP: the queue it fed that is behind, for its line (_flow.pxi)
         public object syncer         # lavinmq.sync.Syncer, None with sync off
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read

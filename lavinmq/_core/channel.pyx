@@ -479,7 +479,6 @@ cdef class Channel:
                 if rc:
                     refused |= rc
                 elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:
-                    self.state.throttle = True
                     self.state.flow_queue = q
         return refused
 

@@ -109,8 +109,7 @@ cdef class CoreConnection:
         self.end_of_batch()
         if self.state.blocked and self.state.publishes != publishes:
             self.block_reading()      # a resource alarm: no more publishes from here
-        if self.state.throttle:
-            self.state.throttle = False
+        if self.state.flow_queue is not None:
             self.flow_batch = self.state.publishes - publishes
             self.slow_down()
 

@@ -61,3 +61,19 @@ def feed(conn, data, chunk=None):
         buf = conn.get_buffer(len(part))
         buf[:len(part)] = part
         conn.buffer_updated(len(part))
+
+
+def open_connection(tmp_path):
+    """(server, conn): an AMQP connection on a FakeServer, its transport
+    (collecting what the broker writes) also as conn.t."""
+    from lavinmq.amqp.connection import AMQPConnection
+    server = FakeServer(tmp_path)
+    c = AMQPConnection(server)
+    c.connection_made(FakeTransport())
+    c.t = c.transport
+    return server, c
+
+
+def close_connection(server, c):
+    c.connection_lost(None)
+    server.vhosts["/"].close()

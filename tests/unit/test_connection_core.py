@@ -1,12 +1,10 @@
 """The connection core fed bytes directly (no socket): handshake, publish
 assembly across arbitrary read boundaries, confirms, errors."""
-import asyncio
 
 import pytest
 from pamqp import commands, frame
 
-from lavinmq.amqp.connection import AMQPConnection
-from tests.helpers.inproc import FakeServer, FakeTransport, feed
+from tests.helpers.inproc import close_connection, feed, open_connection
 from tests.helpers.rawclient import publish_frames
 
 
@@ -24,14 +22,9 @@ def frames(transport):
 
 @pytest.fixture
 def conn(tmp_path):
-    server = FakeServer(tmp_path)
-    c = AMQPConnection(server)
-    t = FakeTransport()
-    c.connection_made(t)
-    c.t = t
+    server, c = open_connection(tmp_path)
     yield c
-    c.connection_lost(None)
-    server.vhosts["/"].close()
+    close_connection(server, c)
 
 
 def handshake(c):

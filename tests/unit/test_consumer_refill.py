@@ -8,22 +8,16 @@ import asyncio
 import pytest
 from pamqp import commands, frame
 
-from lavinmq.amqp.connection import AMQPConnection
-from tests.helpers.inproc import FakeServer, FakeTransport, feed
+from tests.helpers.inproc import close_connection, feed, open_connection
 from tests.helpers.rawclient import publish_frames
 from tests.unit.test_connection_core import frames, handshake
 
 
 @pytest.fixture
 async def conn(tmp_path):
-    server = FakeServer(tmp_path)
-    c = AMQPConnection(server)
-    t = FakeTransport()
-    c.connection_made(t)
-    c.t = t
+    server, c = open_connection(tmp_path)
     yield c
-    c.connection_lost(None)
-    server.vhosts["/"].close()
+    close_connection(server, c)
 
 
 async def settle():
