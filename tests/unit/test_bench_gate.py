@@ -60,7 +60,9 @@ def test_slowed_topic_matcher_fails_the_gate(tmp_path):
     assert "gate: FAILED" in out.stdout
     row = next(line for line in out.stdout.splitlines() if line.startswith("route_topic_1000"))
     change = float(row.split()[3].rstrip("%"))
-    assert 15 < change < 35, row            # ~20%: caught, and not by a mile
+    # caught, and not by a mile: the slowed matcher's count varies with the
+    # run's word hashes (+30.2% and +38.7% here on the same tree)
+    assert 15 < change < 50, row
 
 
 def test_baseline_files_are_pytest_benchmark_json():
