@@ -117,7 +117,14 @@ class UI:
         p = self.page
         p.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
         p.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        p.on("requestfailed", lambda r: self.problems.append(f"request failed: {r.method} {r.url} {r.failure}"))
+        # A reload or goto cancels the old document's fetches (net::ERR_ABORTED; the UI itself
+        # never aborts one): such a failure is judged in unexpected(), and counts only if the
+        # page did not navigate after the request started.
+        self.navigations = 0
+        self.aborted = []
+        p.on("framenavigated", lambda f: f == p.main_frame and setattr(self, "navigations", self.navigations + 1))
+        p.on("request", lambda r: setattr(r, "_lavinmq_navigations", self.navigations))
+        p.on("requestfailed", self._failed)
         p.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.request.method} {r.url}"))
         p.on("dialog", lambda d: d.accept())
 
@@ -125,8 +132,16 @@ class UI:
         """Expect problems matching this regex (e.g. the 401 of a wrong password)."""
         self.allowed.append(re.compile(pattern))
 
+    def _failed(self, r):
+        text = f"request failed: {r.method} {r.url} {r.failure}"
+        if r.failure == "net::ERR_ABORTED":
+            self.aborted.append((getattr(r, "_lavinmq_navigations", self.navigations), text))
+        else:
+            self.problems.append(text)
+
     def unexpected(self):
-        return [p for p in self.problems if not any(rx.search(p) for rx in self.allowed)]
+        problems = self.problems + [text for seen, text in self.aborted if seen >= self.navigations]
+        return [p for p in problems if not any(rx.search(p) for rx in self.allowed)]
 
     def open(self, hash_="#/"):
         self.page.goto(f"{self.broker.http_url}/{hash_}")
