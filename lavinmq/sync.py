@@ -9,11 +9,20 @@ reading, then runs everything that waited for it: cumulative basic.ack per chann
 arrived during a flush is covered by the next one, so one fdatasync serves
 every publish of the round, however many there were.
 
-A flush also carries the stores' ack files (an ack reaches the disk with
-the next flush) and, per store that wrote records, its commit record
+Per store that wrote records, a flush also carries its commit record
 (lavinmq/commit.py), which lets recovery after a power cut keep exactly
 what flushes made durable. When nothing waits for the disk (acks only,
 publishers without confirms), a flush still runs within LAZY_FLUSH seconds.
+
+Ack files go with a flush only when one of its waiters vouches for acks: a
+publisher confirm on a connection that acked since its last confirms (its
+acks before the confirm are durable when the confirm goes out), and every
+other waiter (tx.commit-ok, MQTT's PUBACK, ...). A publisher whose
+connection never acks does not wait for other connections' ack files: with
+a consumer on the same queue that was a third fdatasync in each of its
+flushes. Acks nobody vouches for reach the disk with the next flush that
+carries acks, or within LAZY_FLUSH; lost to a power cut, their messages come
+back, as unacked ones do. A cluster's leader carries them in every flush.
 
 On a cluster's leader a flush is also the unit of replication: when it
 starts, the replicator (lavinmq/clustering/replicator.py) sends the
@@ -87,6 +96,8 @@ class Syncer:
         self.dirty = []          # MessageStores written since the last flush started
         self.extra_files = set()  # other files to include (definitions.amqp)
         self.waiters = []        # callables to run after the next flush
+        self.acks_wanted = False  # one of them vouches for acks: the next flush carries the ack files
+        self.ack_stores = set()  # stores with ack files written that no flush has made durable yet
         self.in_flight = 0       # flushes submitted and not done
         self.flushes = 0         # rounds done, for tests and stats
         self.retry = None        # (files, dirs) of rounds that ran out of descriptors
@@ -106,19 +117,27 @@ class Syncer:
         return (not self.in_flight and not self.dirty and not self.extra_files and self.retry is None
                 and not self.replicating)
 
-    def after_flush(self, callback):
-        """Run callback once everything written so far is on disk."""
-        if self.idle:
+    def idle_for(self, acks):
+        """idle, and (acks) no ack file waits to be made durable either."""
+        return self.idle and not (acks and self.ack_stores)
+
+    def after_flush(self, callback, acks=True):
+        """Run callback once everything written so far is on disk; with
+        acks false, everything but the ack files (see the module's doc)."""
+        if self.idle_for(acks):
             callback()
             return
         self.waiters.append(callback)
+        if acks:
+            self.acks_wanted = True
         if self._may_start():
             self._start()
 
-    def confirm_later(self, channel):
-        """A channel owes confirms up to its current publish sequence."""
+    def confirm_later(self, channel, acks=True):
+        """A channel owes confirms up to its current publish sequence; acks:
+        its connection acked since its last confirms were taken."""
         seq = channel.publish_seq
-        self.after_flush(lambda: channel.confirm_to(seq))
+        self.after_flush(lambda: channel.confirm_to(seq), acks)
 
     def _may_start(self):
         if not self.in_flight:
@@ -157,8 +176,8 @@ class Syncer:
 
     def _lazy(self):
         self._timer = None
-        if not self.flushing and (self.dirty or self.extra_files):
-            self._start()
+        if not self.flushing and (self.dirty or self.extra_files or self.ack_stores):
+            self._start(acks=True)
 
     async def close(self):
         """At shutdown: everything written so far reaches the disk (with its
@@ -167,15 +186,17 @@ class Syncer:
             self._timer.cancel()
             self._timer = None
         while not self.failed and (self.flushing or self.dirty or self.extra_files or self.waiters
-                                   or self.retry is not None):
+                                   or self.retry is not None or self.ack_stores):
             if not self.flushing:
-                self._start()
+                self._start(acks=True)
             await asyncio.wait([self._current])
         self._detach()
 
-    def _start(self):
+    def _start(self, acks=False):
         if self.failed:
             return          # stopping: nothing more is confirmed
+        acks = acks or self.acks_wanted or self.replicator is not None
+        self.acks_wanted = False
         self.in_flight += 1
         if self._timer is not None:
             self._timer.cancel()
@@ -191,13 +212,19 @@ class Syncer:
             waiters[:0] = self.held
             self.held = []
         for store in stores:
-            paths, directory, job = store.take_sync()
+            paths, directory, job = store.take_sync(acks)
             files.extend(paths)
             if directory:
                 dirs.add(directory)
                 dirs.add(os.path.dirname(directory))
             if job is not None:
                 taken.append((store, job))
+            if not acks and store.unsynced_acks:
+                self.ack_stores.add(store)
+        if acks and self.ack_stores:
+            for store in self.ack_stores:
+                files.extend(store.take_acks())
+            self.ack_stores = set()
         # the followers get the flush first: their round trip is the longer one
         jobs = [job for _, job in taken]
         rnd = self.replicator.capture(files, jobs) if self.replicator is not None else None
@@ -273,7 +300,7 @@ class Syncer:
             self._release(waiters)
         if self.waiters and self._may_start():
             self._start()
-        elif self.dirty or self.extra_files:
+        elif self.dirty or self.extra_files or self.ack_stores:
             self._arm()
 
     def _release(self, waiters):

@@ -32,6 +32,7 @@ cdef class ConnState:
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read
         public uint64_t publishes    # messages published on this connection
+        public bint acked            # acked (basic.ack/nack/reject) since its last confirms were taken
         public uint64_t assembling   # declared body bytes of the publishes being received
         public uint64_t tx_held      # bytes held by the open transactions of all its channels
         public bytes user_id         # a user_id property must equal this; None = any (impersonator)

@@ -634,6 +634,7 @@ cdef class Channel:
         if self.u_head == self.u_tail:
             self.u_head = self.u_tail = 0
         self.ack_count += 1
+        self.state.acked = True     # its later confirms wait for these acks' files (lavinmq/sync.py)
         if was_full:
             for c in self.consumers.values():
                 schedule_queue((<Consumer>c).queue)

@@ -119,15 +119,18 @@ cdef class CoreConnection:
         syncer = self.state.syncer
         if dirty:
             self.state.confirm_dirty = []
+            # a confirm also vouches for the acks this connection sent before it
+            acks = self.state.acked
+            self.state.acked = False
             for x in dirty:
                 ch = <Channel>x
-                if syncer is None or syncer.idle:
+                if syncer is None or syncer.idle_for(acks):
                     ch.send_confirms()
                 else:
                     # the messages must reach the disk first: the syncer
                     # confirms after the flush that covers them
                     ch.in_confirm_dirty = False
-                    syncer.confirm_later(ch)
+                    syncer.confirm_later(ch, acks)
         self.flush()
 
     def flush(self):

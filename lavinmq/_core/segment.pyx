@@ -368,20 +368,20 @@ cdef class MessageStore:
         self.sync_seg, self.sync_pos = self.done_seg, self.done_pos = self.wseg.id, self.wseg.size
         self.sync_dir = False
 
-    def take_sync(self):
+    def take_sync(self, bint acks=True):
         """-> (files, directory or None, commit job or None): what the
         syncer's next flush must make durable: segment files written since
         the last flush and their commit record (lavinmq.commit.commit runs
-        the job), ack files written, the directory if a file came or went.
-        Resets the marks, so writes from here on go into the following flush."""
+        the job), the ack files written (unless `acks` is false: then they
+        wait for take_acks), the directory if a file came or went. Resets
+        the marks, so writes from here on go into the following flush."""
         cdef Segment w = self.wseg
         cdef Segment s
         if self.closed or w is None:
             self.sync_marked = False
             return [], None, None
         self.flush_acks()
-        files = list(self.acks_to_sync) if self.acks_to_sync else []
-        self.acks_to_sync = None
+        files = self.take_acks() if acks else []
         job = None
         if w.id != self.sync_seg or w.size != self.sync_pos:
             ends = []
@@ -399,6 +399,17 @@ cdef class MessageStore:
         self.sync_marked = False
         self.sync_dir = False
         return files, directory, job
+
+    def take_acks(self):
+        """-> the ack files written and not yet made durable (take_sync
+        without acks leaves them here), and forgets them."""
+        files = list(self.acks_to_sync) if self.acks_to_sync and not self.closed else []
+        self.acks_to_sync = None
+        return files
+
+    @property
+    def unsynced_acks(self):
+        return bool(self.acks_to_sync)
 
     def commit_done(self, job):
         """The flush that carried `job` (from take_sync) is on the disk:

@@ -94,8 +94,8 @@ cdef class StreamStore(MessageStore):
             self.tracked = {}
             self.meta_to_sync = []
 
-    def take_sync(self):
-        paths, directory, job = MessageStore.take_sync(self)
+    def take_sync(self, bint acks=True):
+        paths, directory, job = MessageStore.take_sync(self, acks)
         if self.meta_to_sync:
             paths.extend(self.meta_to_sync)
             self.meta_to_sync = []

@@ -461,7 +461,7 @@ cdef class MQTTCore:
         cdef WriteBuffer acks = self.acks
         syncer = self.state.syncer
         if acks is not None and acks.len:
-            if syncer is None or (self.acks_deferred == 0 and syncer.idle):
+            if syncer is None or (self.acks_deferred == 0 and syncer.idle_for(True)):
                 self.state.wbuf.write_raw(acks.buf, acks.len)
                 acks.clear()
             else:

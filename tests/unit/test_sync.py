@@ -151,6 +151,56 @@ async def test_a_small_flush_waits_for_the_one_on_its_way(tmp_path, flushes):
     s.close()
 
 
+async def test_ack_files_wait_for_a_waiter_that_vouches_for_them(tmp_path, flushes, monkeypatch):
+    """A confirm on a connection that did not ack does not wait for another
+    connection's ack files; one that acked (or any other waiter) gets them
+    in its flush; and acks nobody vouches for still go within LAZY_FLUSH."""
+    monkeypatch.setattr(sync, "LAZY_FLUSH", 0.2)
+    calls, gates = flushes
+    syncer = sync.Syncer(str(tmp_path))
+    s = MessageStore(str(tmp_path / "q"), 1 << 20, None, syncer)
+    ack_file = str(tmp_path / "q" / "acks.0000000001")
+    done = []
+    for i in range(3):
+        s.py_append(record(b"m%d" % i))
+    syncer.after_flush(lambda: done.append("first"))
+    await until(lambda: len(calls) == 1)
+    gates[0].set()
+    await until(lambda: done == ["first"])
+
+    m = s.py_shift()
+    s.py_delete(m[0])                       # a consumer's ack
+    s.py_append(record(b"a publisher's"))
+    syncer.after_flush(lambda: done.append("no acks"), acks=False)
+    await until(lambda: len(calls) == 2)
+    assert ack_file not in calls[1][0] and str(tmp_path / "q" / "msgs.0000000001") in calls[1][0]
+    gates[1].set()
+    await until(lambda: done[-1] == "no acks")
+    assert os.path.getsize(ack_file) == 4   # written, not yet made durable
+    assert syncer.idle and not syncer.idle_for(True) and syncer.idle_for(False)
+
+    # a waiter that vouches for acks: its flush carries the ack file
+    syncer.after_flush(lambda: done.append("acks"))
+    await until(lambda: len(calls) == 3)
+    assert calls[2][0] == [ack_file]
+    gates[2].set()
+    await until(lambda: done[-1] == "acks" and syncer.idle_for(True))
+
+    # nobody vouches: the lazy flush takes them
+    m = s.py_shift()
+    s.py_delete(m[0])
+    s.py_append(record(b"another publisher's"))
+    syncer.after_flush(lambda: done.append("no acks 2"), acks=False)
+    await until(lambda: len(calls) == 4)
+    assert ack_file not in calls[3][0]
+    gates[3].set()
+    await until(lambda: len(calls) == 5)    # LAZY_FLUSH later
+    assert calls[4][0] == [ack_file]
+    gates[4].set()
+    await until(lambda: syncer.idle_for(True))
+    s.close()
+
+
 async def test_flush_makes_files_durable_without_error(tmp_path):
     # the real fdatasync/fsync path, including a file dropped meanwhile
     syncer = sync.Syncer(str(tmp_path))
