@@ -82,18 +82,28 @@ class SocketOptions:
     def apply(self, sock, peer_host):
         """On a freshly accepted TCP socket; peer_host is its peer's address."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if self.nodelay else 0)
-        if self.keepalive is not None and not is_loopback(peer_host):
-            idle, interval, count = self.keepalive
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+        if not is_loopback(peer_host):
+            set_keepalive(sock, self.keepalive)
         # the kernel doubles these (bookkeeping) and caps them at
         # net.core.rmem_max / wmem_max, as for LavinMQ
         if self.recv_buffer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
         if self.send_buffer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+
+
+def set_keepalive(sock, keepalive):
+    """SO_KEEPALIVE with (idle, interval, count); None leaves it off. Also
+    the cluster's links, on loopback too (as LavinMQ's): a leader or
+    follower whose machine vanished is found by the probes, not by a read
+    that waits forever."""
+    if keepalive is None:
+        return
+    idle, interval, count = keepalive
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
 
 
 def is_loopback(host):

@@ -25,6 +25,7 @@ import threading
 import time
 
 from lavinmq import commit as commits
+from lavinmq import sockopts
 from lavinmq.clustering import files, protocol
 from lavinmq.sync import flush_files, fsync_dir
 
@@ -64,13 +65,14 @@ def is_syncing(data_dir):
 
 class ReplicationClient:
     def __init__(self, data_dir, node_id, secret, host, port, local_addr=None, on_synced=None, on_refused=None,
-                 uri=""):
+                 uri="", keepalive=None):
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.secret = secret
         self.host, self.port = host, port
         self.uri = uri.encode()[:255]
         self.local_addr = local_addr
+        self.keepalive = keepalive          # [main] tcp_keepalive: (idle, interval, count) or None
         self.on_synced = on_synced          # called (from this thread) once a full sync is done
         self.on_refused = on_refused        # ... when the leader's port, reached before, refuses
         self.stopped = threading.Event()
@@ -168,6 +170,7 @@ class ReplicationClient:
         if self.stopped.is_set():
             raise Closed()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sockopts.set_keepalive(sock, self.keepalive)
         sock.sendall(protocol.MAGIC + bytes((len(self.secret),)) + self.secret)
         status = self._recv_exact(sock, 1)
         if status != b"\x00":

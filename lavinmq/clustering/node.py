@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 import lavinmq
-from lavinmq import sdnotify
+from lavinmq import sdnotify, sockopts
 from lavinmq.clustering import changes, files, follower, settings
 from lavinmq.clustering.coordinator import Coordinator
 from lavinmq.clustering.etcd import Etcd, EtcdError
@@ -211,7 +211,8 @@ class Node:
         kv = self.leader_kv
         self.client = follower.ReplicationClient(
             self.data_dir, self.node_id, self.secret, host, port, local_addr=local, on_synced=self._synced,
-            on_refused=lambda: self.loop.call_soon_threadsafe(self._leader_gone, kv), uri=self.uri)
+            on_refused=lambda: self.loop.call_soon_threadsafe(self._leader_gone, kv), uri=self.uri,
+            keepalive=self.config.tcp_keepalive)
         self.client.start()
         if self.proxies is not None:
             self.proxies.retarget(host)
@@ -259,7 +260,7 @@ class Node:
                 listeners.append((cfg.amqp_bind, cfg.amqps_port, "AMQPS"))
             if cfg.https_port:
                 listeners.append((cfg.http_bind, cfg.https_port, "HTTPS"))
-        self.proxies = Proxies(listeners)
+        self.proxies = Proxies(listeners, sockopts.SocketOptions.from_config(cfg))
         await self.proxies.start()
 
     def _synced(self):
@@ -323,7 +324,7 @@ class Node:
         changes.recorder = rep
         rep.start()
         self.repl_server = ReplicationServer(rep, self.secret, self.config.clustering_bind,
-                                             self.config.clustering_port)
+                                             self.config.clustering_port, keepalive=self.config.tcp_keepalive)
         try:
             # followers first: they sync while the listeners open
             await self.repl_server.start()

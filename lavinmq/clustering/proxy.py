@@ -10,13 +10,20 @@ leader changes, the pipes to the old one are closed: their clients
 reconnect, and land on the new leader. Bytes are passed as they come, with
 flow control both ways (a slow side pauses the other's reads); nothing is
 parsed. TLS passes through untouched: the leader terminates it.
+
+The client's socket gets the TCP options ([main] tcp_*) that the protocol
+listeners give theirs (lavinmq/sockopts.py: AMQP and MQTT, not HTTP), and
+the pipe to the leader keepalive, as the cluster's other links.
 """
 import asyncio
 import logging
 
+from lavinmq import sockopts
+
 log = logging.getLogger("lavinmq.clustering.proxy")
 
 WAIT_FOR_LEADER = 5.0
+PROTOCOLS = ("AMQP", "AMQPS", "MQTT", "MQTTS")     # the listeners with TCP options
 CONNECT_TIMEOUT = 3.0
 
 
@@ -69,13 +76,21 @@ class _Side(asyncio.Protocol):
 
 
 class _ClientSide(_Side):
-    def __init__(self, proxy, port):
+    def __init__(self, proxy, port, what):
         super().__init__(proxy.pipes)
         self.proxy = proxy
         self.port = port
+        self.what = what
 
     def connection_made(self, transport):
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername")
+        if self.proxy.sockopts is not None and self.what in PROTOCOLS and sock is not None and peer:
+            try:
+                self.proxy.sockopts.apply(sock, peer[0])
+            except OSError:
+                pass        # the client is already gone: the pipe ends with it
         asyncio.ensure_future(self._connect())
 
     async def _connect(self):
@@ -95,6 +110,12 @@ class _ClientSide(_Side):
         if self.closed:
             leader.close()
             return
+        sock = leader.transport.get_extra_info("socket") if leader.transport is not None else None
+        if sock is not None and self.proxy.sockopts is not None:
+            try:
+                sockopts.set_keepalive(sock, self.proxy.sockopts.keepalive)
+            except OSError:
+                pass
         if leader.closed:
             # the leader hung up before the pipe was joined (it is stopping):
             # nothing can be written to it, and the client goes too
@@ -108,9 +129,11 @@ class _ClientSide(_Side):
 
 
 class Proxies:
-    def __init__(self, listeners):
-        """listeners: [(bind address, port, what)]."""
+    def __init__(self, listeners, options=None):
+        """listeners: [(bind address, port, what)]; options: the
+        lavinmq.sockopts.SocketOptions of the broker's listeners."""
         self.listeners = listeners
+        self.sockopts = options
         self.servers = []
         self.pipes = set()
         self.host = None
@@ -127,7 +150,8 @@ class Proxies:
                 log.error("cannot proxy %s to the leader: %s", what, exc)
                 continue
             for sock in socks:
-                server = await loop.create_server(lambda port=port: _ClientSide(self, port), sock=sock)
+                server = await loop.create_server(lambda port=port, what=what: _ClientSide(self, port, what),
+                                                  sock=sock)
                 self.servers.append(server)
         if self.servers:
             log.info("proxying %s to the leader", ", ".join(f"{w} ({b}:{p})" for b, p, w in self.listeners))

@@ -17,6 +17,7 @@ import logging
 import os
 import struct
 
+from lavinmq import sockopts
 from lavinmq.clustering import files, protocol
 from lavinmq.clustering.replicator import FollowerLink
 
@@ -29,8 +30,9 @@ MAX_REQUESTED = 10_000_000      # paths one sync may ask for (a bound on what a 
 
 
 class ReplicationServer:
-    def __init__(self, replicator, secret, bind, port):
+    def __init__(self, replicator, secret, bind, port, keepalive=None):
         self.replicator = replicator
+        self.keepalive = keepalive      # [main] tcp_keepalive, on each follower's socket
         self.secret = secret
         self.bind = bind
         self.port = port
@@ -60,6 +62,12 @@ class ReplicationServer:
         task = asyncio.current_task()
         self.tasks.add(task)
         peer = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sockopts.set_keepalive(sock, self.keepalive)
+            except OSError:
+                pass        # already gone: the handshake finds out
         link = None
         if self.handshakes >= MAX_HANDSHAKES:
             writer.close()

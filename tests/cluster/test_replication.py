@@ -1,9 +1,12 @@
 """Replication to followers: full sync, streaming, acks after the
 follower's fsync, confirms that wait for the ISR."""
 import re
+import shutil
+import subprocess
 import time
 
 import pika
+import pytest
 
 from tests.cluster.harness import wait_same_data
 
@@ -109,3 +112,39 @@ def test_a_follower_down_catches_up(cluster):
     line = [x for x in follower.log_text().splitlines() if "sync pass 1" in x][-1]
     listed, fetched = (int(w) for w in re.findall(r"(\d+) files listed, (\d+) to fetch", line)[0])
     assert 0 < fetched < listed, line
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_replication_and_proxy_links_keep_alive(cluster):
+    """Both ends of each follower's replication link, and a follower's pipe
+    to the leader, probe a silent peer ([main] tcp_keepalive, as LavinMQ's
+    clustering): a node whose machine vanished is not waited for forever."""
+    leader = cluster.wait_leader()
+    cluster.wait_isr(3)
+    follower = next(n for n in cluster.nodes if n is not leader)
+    # a client through a follower: its pipe to the leader is a link too
+    conn = pika.BlockingConnection(pika.URLParameters(follower.url))
+    try:
+        conn.channel()
+        links = {"replication": cluster.repl_port, "proxy": cluster.amqp_port}
+        for what, port in links.items():
+            deadline = time.monotonic() + 5
+            while True:
+                out = subprocess.run(["ss", "-tnoi", "state", "established", f"( dport = :{port} )"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                blocks = [b for b in re.split(r"\n(?=\S)", out.strip())[1:] if f":{port} " in b]
+                if what == "proxy":         # from the follower's address to the leader's
+                    blocks = [b for b in blocks if f"{follower.host}:" in b and f"{leader.host}:{port}" in b]
+                idle = [b for b in blocks if "timer:(on," not in b]
+                if len(idle) >= (2 if what == "replication" else 1) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert len(idle) >= (2 if what == "replication" else 1), out
+            assert all("timer:(keepalive," in b for b in idle), out
+        # the leader's ends of the replication links
+        out = subprocess.run(["ss", "-tnoi", "state", "established", f"( sport = :{cluster.repl_port} )"],
+                             capture_output=True, text=True, timeout=10).stdout
+        blocks = [b for b in re.split(r"\n(?=\S)", out.strip())[1:] if "timer:(on," not in b]
+        assert len(blocks) >= 2 and all("timer:(keepalive," in b for b in blocks), out
+    finally:
+        conn.close()
