@@ -32,6 +32,7 @@ import sys
 from typing import Mapping
 
 import lavinmq
+from lavinmq import booleans
 from lavinmq.auth.password import check_hash
 from lavinmq.errors import ConfigError
 
@@ -352,8 +353,8 @@ UNSUPPORTED_KEYS = {
     "mqtt": {"mqtt_systemd_socket_name"},
 }
 UNSUPPORTED_SECTIONS = {"experimental"}
-OFF_VALUES = {"", "false", "no", "off", "0", "none"}
-BOOL_WORDS = {"true", "yes", "on", "y", "1", "false", "no", "off", "n", "0"}
+# an unsupported key or section set to one of these asks for nothing that is lacking
+OFF_VALUES = booleans.FALSE_WORDS | {"", "none"}
 
 
 def default_config_file(env):
@@ -380,12 +381,7 @@ def convert(field, raw, where):
         except ValueError:
             raise ConfigError(f"{where}: {raw!r} is not a number") from None
     if opt.kind == "bool":
-        low = raw.lower()
-        if low in ("true", "yes", "on", "y", "1"):
-            return True
-        if low in ("false", "no", "off", "n", "0"):
-            return False
-        raise ConfigError(f"{where}: {raw!r} is not a boolean (true/false)")
+        return booleans.parse(raw, where)
     if opt.kind == "level":
         return raw.lower()
     if opt.kind == "keepalive":
@@ -394,9 +390,9 @@ def convert(field, raw, where):
     if opt.kind == "proxy":
         # LavinMQ: true (or 1, yes, on) or 2 turn it on; the header's version is read from it
         low = raw.lower()
-        if low in ("true", "yes", "on", "y", "1", "2"):
+        if low in booleans.TRUE_WORDS or low == "2":
             return True
-        if low in ("false", "no", "off", "n", "0", ""):
+        if low in booleans.FALSE_WORDS or low == "":
             return False
         raise ConfigError(f"{where}: {raw!r} is not true, false, 1 or 2")
     if field == "default_consistent_hash_algorithm":
@@ -564,9 +560,7 @@ def apply_args(config, args):
             config.set(field, value, flag)
     # LavinMQ's flags for what only its Crystal runtime has: accepted, no effect
     if args.tls_ktls is not None:
-        if args.tls_ktls.strip().lower() not in BOOL_WORDS:      # a boolean, as LavinMQ reads it
-            raise ConfigError(f"--tls-ktls: {args.tls_ktls!r} is not a boolean (true/false)")
-        if args.tls_ktls.strip().lower() not in OFF_VALUES:
+        if booleans.parse(args.tls_ktls, "--tls-ktls"):     # a boolean, as LavinMQ reads it
             # asked for and not there: refused, as an unsupported ini key is
             raise ConfigError("--tls-ktls: kernel TLS offload is not supported by this broker (--tls-ktls false)")
     if args.raise_gc_warn:

@@ -8,12 +8,12 @@ the names one label under example.com. Inside a section, `tls_cert`,
 over WebSocket are on HTTPS)."""
 import types
 
+from lavinmq import booleans
 from lavinmq.errors import ConfigError
 
 SETTINGS = ("tls_cert", "tls_key", "tls_min_version", "tls_ciphers", "tls_verify_peer", "tls_ca_cert",
             "tls_keylog_file")
 PROTOCOLS = ("amqp", "http", "mqtt")
-TRUE = ("true", "yes", "on", "y", "1")
 
 
 def parse_section(config, hostname, items, path):
@@ -25,6 +25,8 @@ def parse_section(config, hostname, items, path):
         if base not in SETTINGS:
             config.warnings.append(f"{path}: [sni:{hostname}] {key}: unknown setting, ignored")
             continue
+        if base == "tls_verify_peer" and raw.strip():
+            booleans.parse(raw, f"{path}: [sni:{hostname}] {key}")     # a typo stops the start
         host[key] = raw.strip()
     if not host.get("tls_cert"):
         config.warnings.append(f"{path}: [sni:{hostname}] has no tls_cert, ignored")
@@ -43,7 +45,7 @@ def effective(host, protocol):
     return types.SimpleNamespace(tls_cert=pick("tls_cert"), tls_key=pick("tls_key") or None,
                                  tls_min_version=pick("tls_min_version") or None,
                                  tls_ciphers=pick("tls_ciphers") or None,
-                                 tls_verify_peer=verify.lower() in TRUE,
+                                 tls_verify_peer=verify.lower() in booleans.TRUE_WORDS,
                                  tls_ca_cert=pick("tls_ca_cert") or None,
                                  tls_keylog_file=pick("tls_keylog_file") or None)
 

@@ -20,14 +20,13 @@ ms on Linux); the default stays on. `tcp_nodelay = false` turns it off.
 import dataclasses
 import socket
 
+from lavinmq import booleans
 from lavinmq.errors import ConfigError
 
 KEEPALIVE_DEFAULT = (60, 10, 3)     # LavinMQ's: idle s, interval s, probes
 # the kernel's bounds (MAX_TCP_KEEPIDLE, MAX_TCP_KEEPINTVL, MAX_TCP_KEEPCNT)
 KEEPALIVE_MAX = (32767, 32767, 127)
 KEEPALIVE_NAMES = ("idle", "interval", "count")
-OFF = {"false", "no", "off", "n", "0"}
-ON = {"true", "yes", "on", "y", "1"}
 
 
 def parse_keepalive(raw, where):
@@ -39,9 +38,9 @@ def parse_keepalive(raw, where):
     if isinstance(raw, tuple) or raw is None:
         return raw
     text = raw.strip().lower()
-    if text in OFF:
+    if text in booleans.FALSE_WORDS:
         return None
-    if text in ON or text == "":
+    if text in booleans.TRUE_WORDS or text == "":
         return KEEPALIVE_DEFAULT
     parts = text.split(":")
     if len(parts) > 3:

@@ -166,6 +166,14 @@ def test_bad_ini_value_names_section_and_key(tmp_path, env, section, key, value,
     assert str(e.value).startswith(path)
 
 
+def test_sni_verify_peer_is_a_boolean(tmp_path, env):
+    ok = Config.load(["-c", ini(tmp_path, "[sni:a.example]\ntls_cert = /c.pem\namqp_tls_verify_peer = yes\n")], env)
+    assert ok.sni_hosts["a.example"]["amqp_tls_verify_peer"] == "yes"
+    path = ini(tmp_path, "[sni:a.example]\ntls_cert = /c.pem\ntls_verify_peer = ture\n")
+    with pytest.raises(ConfigError, match=r"\[sni:a.example\] tls_verify_peer: 'ture' is not a boolean"):
+        Config.load(["-c", path], env)
+
+
 def test_unknown_key_and_section(tmp_path, env):
     with pytest.raises(ConfigError, match=r"\[amqp\] prot: unknown setting"):
         Config.load(["-c", ini(tmp_path, "[amqp]\nprot = 1\n")], env)
