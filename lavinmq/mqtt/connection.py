@@ -102,10 +102,37 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             raise ProtocolError("a second CONNECT")
         if self.ticket is not None:
             self.ticket.progress(LOGGING_IN)
+        auth = getattr(self.server, "auth", None) or self.server.users
+        password = args[7]
+        if password is not None and auth is not self.server.users \
+                and auth.needs_keys(password.decode(errors="replace")):
+            # a token, and the issuer's keys not fetched yet: fetched first,
+            # then the CONNECT goes on (the client waits for its CONNACK, as
+            # AMQP's waits for connection.tune); nothing more is read meanwhile
+            self.block_reading()
+            self.login_pending = asyncio.get_running_loop().create_task(self._connect_after_keys(auth, args))
+            return
+        self._connect_throttled(args)
+
+    def _connect_throttled(self, args):
         delay = self.login_delay(self._throttle_key(args[6]))
         if not delay:
             return self._connect(args)
         self.answer_login_later(delay, self._connect_late, args)
+
+    async def _connect_after_keys(self, auth, args):
+        await auth.ensure_keys()        # never raises: a failed fetch leaves the keys empty
+        self.login_pending = None
+        if self.closing or self.transport is None:
+            return
+        try:
+            self._connect_throttled(args)
+        except Exception as exc:
+            self.connection_error(exc)
+        self.flush()
+        if self.login_pending is None and not self.closing and self.paused_reading and self.transport is not None:
+            self.paused_reading = False
+            self.transport.resume_reading()
 
     def _connect_late(self, args):
         self.login_pending = None
@@ -220,9 +247,10 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         # MQTT: an OAuth token in the password field signs in too
         auth = getattr(self.server, "auth", None) or self.server.users
         if auth is not self.server.users and auth.needs_keys(password):
-            # the issuer's keys are not here yet: fetched now; the client retries
+            # the issuer's keys could not be fetched (on_connect waited for
+            # them): fetched again for the next CONNECT; the client retries
             self._fetch_keys(auth)
-            raise ConnectRefused(SERVER_UNAVAILABLE, "the OAuth issuer's keys are being fetched")
+            raise ConnectRefused(SERVER_UNAVAILABLE, "the OAuth issuer's keys could not be fetched")
         user = auth.authenticate(username, password)
         if user is not None and user.loopback_only and not self.from_loopback(address):
             user = None

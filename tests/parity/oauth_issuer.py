@@ -23,6 +23,7 @@ class Issuer:
         self.kid = "test-key-1"
         self.jwks_fetches = 0
         self.max_age = None             # Cache-Control: max-age of the JWKS answer
+        self.jwks_delay = 0.0           # seconds the JWKS answer takes
         self.codes = {}                 # code -> (challenge, redirect_uri, claims)
         self.login_claims = {}          # what /authorize signs the user in as
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -78,6 +79,7 @@ class Issuer:
                                        "authorization_endpoint": issuer.url + "/authorize",
                                        "token_endpoint": issuer.url + "/token"})
                 if u.path == "/jwks":
+                    time.sleep(issuer.jwks_delay)
                     issuer.jwks_fetches += 1
                     headers = [("Cache-Control", f"public, max-age={issuer.max_age}")] if issuer.max_age else []
                     return self._json(issuer.jwks(), headers=headers)
