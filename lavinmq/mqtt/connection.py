@@ -122,28 +122,23 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
 
     async def _connect_after_keys(self, auth, args):
         await auth.ensure_keys()        # never raises: a failed fetch leaves the keys empty
+        self._connect_resumed(self._connect_throttled, args)
+
+    def _connect_late(self, args):
+        self._connect_resumed(self._connect, args)
+
+    def _connect_resumed(self, connect, args):
+        """A CONNECT that waited (for the keys, or backing off) goes on; then
+        reading resumes, unless it waits again (backing off after the keys)."""
         self.login_pending = None
         if self.closing or self.transport is None:
             return
         try:
-            self._connect_throttled(args)
+            connect(args)
         except Exception as exc:
             self.connection_error(exc)
         self.flush()
         if self.login_pending is None and not self.closing and self.paused_reading and self.transport is not None:
-            self.paused_reading = False
-            self.transport.resume_reading()
-
-    def _connect_late(self, args):
-        self.login_pending = None
-        if self.closing or self.transport is None:
-            return
-        try:
-            self._connect(args)
-        except Exception as exc:
-            self.connection_error(exc)
-        self.flush()
-        if not self.closing and self.paused_reading and self.transport is not None:
             self.paused_reading = False
             self.transport.resume_reading()
 
