@@ -5,7 +5,6 @@ from lavinmq.errors import ConfigError
 
 TRUE_WORDS = frozenset({"true", "yes", "on", "y", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "n", "0"})
-WORDS = TRUE_WORDS | FALSE_WORDS
 
 
 def parse(raw, where):

@@ -32,6 +32,7 @@ comparison per flush.
 """
 import asyncio
 import errno
+import itertools
 import logging
 import os
 
@@ -65,6 +66,10 @@ MAX_IN_FLIGHT = commit.SLOTS - 1
 # waits. Below it, what comes waits for the flush on its way, as with one
 # flush at a time.
 OVERLAP_MIN_BYTES = 8192
+# Stores looked at for those bytes, the newest written first: every
+# confirming channel's read batch asks, and the dirty list may hold
+# thousands of queues (one whose consumer only acked counts nothing).
+OVERLAP_SCAN = 64
 
 
 def fsync_dir(path):
@@ -145,7 +150,7 @@ class Syncer:
         if self.replicator is not None or self.in_flight >= MAX_IN_FLIGHT:
             return False
         pending = 0
-        for store in self.dirty:
+        for store in itertools.islice(reversed(self.dirty), OVERLAP_SCAN):
             pending += store.pending_sync_bytes()
             if pending >= OVERLAP_MIN_BYTES:
                 return True

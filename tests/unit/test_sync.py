@@ -201,6 +201,24 @@ async def test_ack_files_wait_for_a_waiter_that_vouches_for_them(tmp_path, flush
     s.close()
 
 
+def test_whether_to_overlap_looks_at_a_bounded_number_of_stores(tmp_path):
+    """Each confirming channel's batch asks whether a flush may join the one
+    on its way: thousands of dirty stores (acks only) cost OVERLAP_SCAN
+    looks, not thousands."""
+    looked = []
+
+    class AcksOnly:
+        def pending_sync_bytes(self):
+            looked.append(1)
+            return 0
+
+    syncer = sync.Syncer(str(tmp_path))
+    syncer.in_flight = 1
+    syncer.dirty = [AcksOnly() for _ in range(10_000)]
+    assert not syncer._may_start()
+    assert len(looked) == sync.OVERLAP_SCAN
+
+
 async def test_flush_makes_files_durable_without_error(tmp_path):
     # the real fdatasync/fsync path, including a file dropped meanwhile
     syncer = sync.Syncer(str(tmp_path))
