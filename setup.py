@@ -11,7 +11,7 @@ except ImportError:  # pragma: no cover - build-time guard
     sys.exit("lavinmq needs Cython to build its _core extensions: pip install cython")
 
 DEBUG = os.environ.get("LAVINMQ_DEBUG") == "1"
-MODULES = [m for m in ["buffer", "codec", "segment", "flusher", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "connection", "debug", "perfscan", "stream_store", "stream", "exchange_store", "replay", "relay"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
+MODULES = [m for m in ["buffer", "codec", "segment", "flusher", "prio_store", "deadletter", "dedup", "queue", "delayed", "routing", "channel", "flow", "connection", "debug", "perfscan", "stream_store", "stream", "exchange_store", "replay", "relay"] if os.path.exists(f"lavinmq/_core/{m}.pyx")]
 
 extensions = [
     Extension(

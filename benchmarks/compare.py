@@ -99,7 +99,7 @@ SCENARIOS = {
     "persistent exchange, nothing bound": (["-y", "0"], None, "publish", [*PERSIST, "--bindings", "[]"]),
     # fan-in: many publishing connections (one load-generator process) into
     # one queue with one consumer; the consumer's rate is what counts, and
-    # should be near the 1p1c row's (flow control, lavinmq/_core/_flow.pxi)
+    # should be near the 1p1c row's (flow control, lavinmq/_core/flow.pyx)
     "fan-in 100 pub + 1 con": (["-y", "0", "-x", "100"], ["-x", "0"], "consume", []),
     "fan-in 1000 pub + 1 con": (["-y", "0", "-x", "1000"], ["-x", "0"], "consume", []),
 }

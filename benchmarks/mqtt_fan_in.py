@@ -2,10 +2,9 @@
 """MQTT fan-in: N QoS 0 publishers into one subscriber's session queue, on a
 broker of ours that this script starts. Over a 2 s window, once every
 publisher floods, it reads the session queue's stats: what the queue took
-in, what it delivered, and its backlog. MQTT publishers have their own flow
-control (a pause past 4,096 ready messages, resumed below 1,024; AMQP's
-wait in the queue's line, lavinmq/_core/_flow.pxi): this shows whether the
-subscriber keeps its share as the publishers grow in number.
+in, what it delivered, and its backlog: whether the subscriber keeps its
+share as the publishers grow in number (flow control: publishers wait in
+the queue's line, lavinmq/_core/flow.pyx, as AMQP's do).
 
     python benchmarks/mqtt_fan_in.py [--publishers 200 1000] [--seconds 6]
 """

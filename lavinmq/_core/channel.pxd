@@ -8,7 +8,7 @@ from lavinmq._core.segment cimport SP
 from lavinmq._core.routing cimport Exchange, RouteOut
 
 cdef enum:
-    FLOW_BACKLOG = 4096        # ready messages in a consumed queue before its publishers wait (_flow.pxi)
+    FLOW_BACKLOG = 4096        # ready messages in a consumed queue before its publishers wait (flow.pyx)
 
 
 cdef class ConnState:
@@ -26,8 +26,7 @@ cdef class ConnState:
         public list confirm_dirty    # channels owing publisher confirms
         public uint64_t send_oct
         public uint64_t recv_oct
-        public bint throttle         # MQTT: a queue it fed has consumers falling behind (mqtt/_mqtt.pyx)
-        public Queue flow_queue      # AMQP: the queue it fed that is behind, for its line (_flow.pxi)
+        public Queue flow_queue      # the queue it fed that is behind, for its line (flow.pyx)
         public object syncer         # lavinmq.sync.Syncer, None with sync off
         public bint set_timestamp    # give messages without a timestamp property the time of arrival
         public bint blocked          # resource alarm (disk): publishers are not read

@@ -4,14 +4,7 @@
 # handed up to the Python subclass (lavinmq.amqp.connection) once.
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from lavinmq._core.channel cimport ConnState, Channel
-
-cdef class FlowLine:
-    # the publishers waiting for one queue to catch up (_flow.pxi)
-    cdef:
-        object waiting            # deque of CoreConnection, first come first in
-        uint64_t delivered_mark   # the queue's deliver_count at the last look
-        int64_t credit            # messages it may take in now
-        Py_ssize_t dead           # waiting connections that closed meanwhile
+from lavinmq._core.flow cimport FlowClient
 
 cdef enum:
     # channel ids below this sit in a list; the rare higher ones (valid up to
@@ -26,7 +19,7 @@ cdef enum ConnPhase:
     PH_CLOSED = 4
 
 
-cdef class CoreConnection:
+cdef class CoreConnection(FlowClient):
     cdef:
         public ConnState state
         char *rbuf
@@ -43,10 +36,6 @@ cdef class CoreConnection:
         public double last_send
         public uint64_t recv_frames
         public bint paused_reading
-        FlowLine flow_line              # the queue line it waits in (_flow.pxi), None when read
-        uint64_t flow_batch             # publishes of the read batch that made it wait
-        FlowLine flow_from              # the line that last let it in, and
-        int64_t flow_reserved           #   the publishes that line counted on from it
         readonly bint framing_lost              # a frame error: input is discarded from then on
 
     cdef int process(self) except -1

@@ -12,6 +12,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
 from lavinmq._core.channel cimport ConnState, Channel, FLOW_BACKLOG
 from lavinmq._core.queue cimport Queue
+from lavinmq._core.flow cimport flow_wait, flow_forget
 from lavinmq._core.codec cimport decode_method_args, encode_method_args
 from lavinmq._core cimport spec
 
@@ -39,9 +40,6 @@ cdef inline uint64_t now_ms() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
     return <uint64_t>ts.tv_sec * 1000 + <uint64_t>(ts.tv_nsec // 1000000)
-
-
-include "_flow.pxi"
 
 
 cdef extern from "malloc.h":
@@ -83,7 +81,7 @@ cdef class CoreConnection:
         self.rcap = self.rlen = 0
         self.state.wbuf.clear()
         if self.flow_line is not None:
-            _flow_forget(self)
+            flow_forget(self)
 
     def get_buffer(self, Py_ssize_t sizehint):
         cdef Py_ssize_t need = <Py_ssize_t>self.frame_max + 16    # see max_payload in process()
@@ -343,7 +341,7 @@ cdef class CoreConnection:
     def slow_down(self):
         """Flow control: a queue this connection publishes to is behind (its
         consumers, or its expiry). Its socket is not read until that queue's
-        line (_flow.pxi) lets it in, so its publisher blocks on a full socket
+        line (lavinmq/_core/flow.pyx) lets it in, so its publisher blocks on a full socket
         and leaves the CPU to the consumers."""
         cdef Queue q = self.state.flow_queue
         self.state.flow_queue = None
@@ -352,11 +350,11 @@ cdef class CoreConnection:
         if not self.paused_reading:
             self.transport.pause_reading()
             self.paused_reading = True
-        _flow_wait(self, q)
+        flow_wait(self, q)
 
     def resume_after_flow(self):
         if self.flow_line is not None:
-            _flow_forget(self)      # let in by other means (an alarm's end)
+            flow_forget(self)      # let in by other means (an alarm's end)
         if self.paused_reading and self.transport is not None and self.phase == PH_OPEN \
                 and not self.state.blocked:
             self.paused_reading = False

@@ -6,6 +6,7 @@
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from lavinmq._core.buffer cimport WriteBuffer
 from lavinmq._core.channel cimport ConnState
+from lavinmq._core.flow cimport FlowClient
 from lavinmq._core.queue cimport Queue, ConsumerBase
 from lavinmq._core.routing cimport Exchange
 from lavinmq._core.segment cimport SP
@@ -43,7 +44,7 @@ cdef struct Flight:
     uint8_t qos
 
 
-cdef class MQTTCore:
+cdef class MQTTCore(FlowClient):
     cdef:
         public ConnState state
         char *rbuf
@@ -61,7 +62,6 @@ cdef class MQTTCore:
         public Exchange exchange         # amq.topic of the session's vhost
         public bytearray qos2_in         # session state: packet ids of QoS 2 publishes awaiting PUBREL
         public SessionConsumer consumer  # the session's, once it has a queue
-        public Queue flow_queue          # a consumed queue it filled past FLOW_BACKLOG: reading waits for it
         WriteBuffer rec                  # the record being built (made at the first publish)
         WriteBuffer acks                 # PUBACK/PUBREC/PUBCOMP owed for this read batch (made when first owed)
         public uint32_t acks_deferred    # batches of acks waiting for a disk flush

@@ -8,7 +8,6 @@ way round), headers {x-mqtt-publish-qos: QoS}, delivery_mode 2 for QoS 1
 and 2. It is routed by amq.topic's Cython trie and appended to each queue's
 store, as an AMQP publish is. Sessions are queues (mqtt.<client_id>) bound
 to amq.topic; their consumer (_deliver.pxi) writes PUBLISH packets."""
-import asyncio
 import logging
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -22,7 +21,8 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64, le16, le32, le64, put_le64, put_be16
-from lavinmq._core.channel cimport ConnState
+from lavinmq._core.channel cimport ConnState, FLOW_BACKLOG
+from lavinmq._core.flow cimport flow_wait, flow_forget
 from lavinmq._core.clock cimport now_ms
 from lavinmq._core.props cimport P_HEADERS, PROP_COUNT, prop_field_size
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
@@ -30,7 +30,6 @@ from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, releas
 from lavinmq._core.exchange_store cimport keep_routed
 from lavinmq._core.segment cimport SP
 
-from lavinmq._core import queue as _queue_mod
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_PROTOCOL_VERSION,
 )
@@ -53,50 +52,6 @@ cdef enum:
     READ_STREAM = 262144
     READ_KEEP = 1 << 20         # a buffer above this is given back once it is empty again
     REC_KEEP = 1 << 20
-    # Flow control: a publisher that fills a consumed queue past FLOW_BACKLOG
-    # ready messages is not read until the queue is down to FLOW_RESUME. A
-    # fixed pause is not enough when a thousand publishers share one
-    # subscriber: one loop turn would read them all, and the subscriber gets
-    # one delivery pass per turn.
-    FLOW_BACKLOG = 4096
-    FLOW_RESUME = 1024
-
-cdef double FLOW_CHECK = 0.05   # seconds: paused publishers are also looked at this often
-
-# connections waiting for their flow_queue; looked at after each delivery pass
-# (and on a timer: a deleted queue, or one whose consumer went, has no pass)
-cdef list _flow_paused = []
-cdef object _flow_timer = None
-
-
-def _flow_tick():
-    global _flow_timer
-    _flow_timer = None
-    _resume_flow()
-    if _flow_paused:
-        _flow_timer = asyncio.get_running_loop().call_later(FLOW_CHECK, _flow_tick)
-
-
-def _resume_flow():
-    cdef MQTTCore c
-    cdef Queue q
-    cdef list still = []
-    global _flow_paused
-    if not _flow_paused:
-        return
-    waiting, _flow_paused = _flow_paused, still
-    for x in waiting:
-        c = <MQTTCore>x
-        q = c.flow_queue
-        if c.transport is None or c.phase != MP_OPEN:
-            c.flow_queue = None
-        elif q is None or q.closed or not q.consumers or q.store.ready <= FLOW_RESUME:
-            c.flow_queue = None
-            c.resume_after_flow()
-        else:
-            still.append(c)
-
-_queue_mod.add_after_delivery_hook(_resume_flow)
 
 # The properties of a record made from a PUBLISH of QoS 0, 1, 2 (disk form:
 # flags LE, headers as a LE length and the wire's table body, delivery_mode)
@@ -176,6 +131,8 @@ cdef class MQTTCore:
         self.rcap = self.rlen = 0
         self.state.wbuf.clear()
         self.rec = None
+        if self.flow_line is not None:
+            flow_forget(self)
 
     # -- asyncio.BufferedProtocol ------------------------------------------------
 
@@ -223,8 +180,8 @@ cdef class MQTTCore:
             self.connection_error(exc)
         if st.blocked and self.publish_count != publishes:
             self.block_reading()        # a resource alarm: no more publishes from here
-        if st.throttle:
-            st.throttle = False
+        if st.flow_queue is not None:
+            self.flow_batch = self.publish_count - publishes
             self.slow_down()
 
     cdef int process(self) except -1:
@@ -437,8 +394,7 @@ cdef class MQTTCore:
                 if rc:
                     refused |= rc
                 elif (q.consumers and q.store.ready > FLOW_BACKLOG) or q.expiry_behind:
-                    st.throttle = True
-                    self.flow_queue = q
+                    st.flow_queue = q
         finally:
             release_route_out(out)
         if refused & PUBLISH_NO_SPACE:
@@ -496,19 +452,26 @@ cdef class MQTTCore:
     # -- flow control (as the AMQP core) ------------------------------------------------
 
     def slow_down(self):
-        global _flow_timer
-        if self.transport is not None and self.phase == MP_OPEN and not self.paused_reading:
+        """A queue this connection publishes to is behind (its consumers, or
+        its expiry): its socket is not read until that queue's line
+        (lavinmq/_core/flow.pyx) lets it in, as AMQP's publishers wait. One
+        loop turn reads every readable socket but runs one delivery pass per
+        queue: a thousand publishers let in at once (the pause this replaced)
+        left the subscriber a third of what they brought."""
+        cdef Queue q = self.state.flow_queue
+        self.state.flow_queue = None
+        if q is None or self.transport is None or self.phase != MP_OPEN or self.flow_line is not None:
+            return
+        if not self.paused_reading:
             self.transport.pause_reading()
             self.paused_reading = True
-            _flow_paused.append(self)
-            if _flow_timer is None:
-                _flow_timer = asyncio.get_running_loop().call_later(FLOW_CHECK, _flow_tick)
-            if self.flow_queue is not None:
-                schedule_queue(self.flow_queue)     # a delivery pass comes, and looks again
+        flow_wait(self, q)
 
     def resume_after_flow(self):
+        if self.flow_line is not None:
+            flow_forget(self)      # let in by other means (an alarm's end)
         if self.paused_reading and self.transport is not None and self.phase == MP_OPEN \
-                and not self.state.blocked and self.flow_queue is None:
+                and not self.state.blocked:
             self.paused_reading = False
             self.transport.resume_reading()
 

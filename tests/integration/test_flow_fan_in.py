@@ -5,7 +5,7 @@ pass per queue. Under the old flow control (a 2 ms pause per read batch)
 200 flooding publishers brought in ~200 read batches per turn while the
 consumer got one pass of 8,192: it received ~1-2% of what the queue took
 in, and the queue grew by millions a second. Now waiting publishers are let
-in by the queue's line (lavinmq/_core/_flow.pxi) for about what it delivers:
+in by the queue's line (lavinmq/_core/flow.pyx) for about what it delivers:
 the consumer gets a large share of what comes in, and every publisher still
 gets its turns. The checks are shares and counts, not rates, with wide
 margins: the machine is shared."""

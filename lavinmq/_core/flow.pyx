@@ -1,6 +1,7 @@
-# Included by connection.pyx: flow control of AMQP publishers.
+# cython: language_level=3
+# Flow control of publishers, AMQP's and MQTT's alike.
 #
-# A publisher that fills a consumed queue past FLOW_BACKLOG ready messages,
+# An AMQP or MQTT publisher that fills a consumed queue past FLOW_BACKLOG ready messages,
 # or feeds one whose expired messages wait, is not read again until the
 # queue lets it in: it joins that queue's line (FlowLine). After every
 # delivery pass, and on a FLOW_TICK timer while anyone waits, each line lets
@@ -24,8 +25,21 @@
 # publisher did under the old 2 ms pause), but at a bounded pace whatever
 # their number, and never by more than a few read batches per loop turn,
 # so the consumers keep their delivery pass every few milliseconds.
-
+import asyncio
 from collections import deque
+
+from libc.stdint cimport int64_t, uint64_t
+
+from lavinmq._core.channel cimport FLOW_BACKLOG
+from lavinmq._core.queue cimport Queue
+from lavinmq._core import queue as _queue_mod
+
+
+cdef class FlowClient:
+    """A connection whose reading may wait in a queue's line: the base of
+    lavinmq._core.connection.CoreConnection (AMQP) and
+    lavinmq.mqtt._mqtt.MQTTCore (MQTT). Its `resume_after_flow()` (each
+    defines its own) is called when the line lets it in."""
 
 cdef double FLOW_TICK = 0.002     # seconds between looks while publishers wait
 
@@ -48,7 +62,7 @@ cdef inline bint _flow_reason(Queue q):
     return not q.closed and (q.consumers or q.expiry_behind)
 
 
-cdef int _flow_wait(CoreConnection c, Queue q) except -1:
+cdef int flow_wait(FlowClient c, Queue q) except -1:
     global _flow_timer
     cdef FlowLine line = _lines.get(q)
     if line is None:
@@ -65,7 +79,7 @@ cdef int _flow_wait(CoreConnection c, Queue q) except -1:
     return 0
 
 
-cdef int _flow_forget(CoreConnection c) except -1:
+cdef int flow_forget(FlowClient c) except -1:
     """c closed while waiting: its place is dropped, all such places at once
     when they are half the line (a line holds only connections, not churn)."""
     cdef FlowLine line = c.flow_line
@@ -74,13 +88,13 @@ cdef int _flow_forget(CoreConnection c) except -1:
         return 0
     line.dead += 1
     if line.dead * 2 > len(line.waiting):
-        line.waiting = deque(x for x in line.waiting if (<CoreConnection>x).flow_line is line)
+        line.waiting = deque(x for x in line.waiting if (<FlowClient>x).flow_line is line)
         line.dead = 0
     return 0
 
 
 cdef int _flow_let_in(Queue q, FlowLine line, bint tick) except -1:
-    cdef CoreConnection c
+    cdef FlowClient c
     cdef uint64_t delivered = q.deliver_count - line.delivered_mark
     cdef bint everyone = not _flow_reason(q)
     cdef bint behind = q.expiry_behind or q.store.ready > FLOW_BACKLOG
@@ -91,7 +105,7 @@ cdef int _flow_let_in(Queue q, FlowLine line, bint tick) except -1:
     if tick:
         line.credit += FLOW_TICK_SHARE
     while line.waiting and (everyone or line.credit > 0):
-        c = <CoreConnection>line.waiting.popleft()
+        c = <FlowClient>line.waiting.popleft()
         if c.flow_line is not line:     # closed, or resumed by other means
             if line.dead:
                 line.dead -= 1
