@@ -35,12 +35,13 @@ the same (the slots past them are empty).
 Recovery. The slot also records the boot id (/proc/sys/kernel/random/boot_id)
 of the run that wrote it. Same boot id: the machine did not go down, the
 page cache is intact, and every complete record is kept, as after any
-crash. Another boot id: the newest valid slot decides. Segments before its
-first segment were covered by earlier, completed commits and are kept
-whole; each segment of its range is kept up to `end` if the crc matches,
-else cut back to where this commit started in it (the previous commit,
-complete, ended there); segments after the range were never committed and
-are removed. A `commit` file with no valid slot belongs to a queue whose
+crash. Another boot id: the newest valid slot whose bytes all match its
+crcs decides (recovery_plan: an overlapped, earlier flush may have completed
+when a later one did not). Segments before its first segment were covered
+by earlier, completed commits and are kept whole; each segment of its range
+is kept up to `end`; segments after the range were never committed and are
+removed. When no slot verifies, the newest one's segments are cut back to
+where it started (the commit it started from was complete there). A `commit` file with no valid slot belongs to a queue whose
 first commit never completed: nothing in it was confirmed.
 
 Cost. One small pwrite and one more fdatasync per queue per flush, run
@@ -121,19 +122,22 @@ def segment_path(directory, seg_id):
     return os.path.join(directory, "msgs.%010d" % seg_id)
 
 
-def read_newest(directory):
-    """-> (exists, newest valid Slot or None)."""
+def read_slots(directory):
+    """-> (exists, the valid slots, newest first)."""
     try:
         with open(commit_path(directory), "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return False, None
-    best = None
-    for off in range(0, SLOTS * SLOT_SPACING, SLOT_SPACING):
-        slot = Slot.decode(data[off:off + SLOT_SPACING])
-        if slot is not None and (best is None or slot.seq > best.seq):
-            best = slot
-    return True, best
+        return False, []
+    slots = [slot for off in range(0, SLOTS * SLOT_SPACING, SLOT_SPACING)
+             if (slot := Slot.decode(data[off:off + SLOT_SPACING])) is not None]
+    return True, sorted(slots, key=lambda slot: slot.seq, reverse=True)
+
+
+def read_newest(directory):
+    """-> (exists, newest valid Slot or None)."""
+    exists, slots = read_slots(directory)
+    return exists, (slots[0] if slots else None)
 
 
 def slot_offset(seq):
@@ -196,14 +200,36 @@ def commit(job, sync=True):
     return True
 
 
-def recovery_plan(directory, seg_ids, slot):
-    """What to keep after a possible power cut. -> (keep, remove): keep maps
-    segment id -> verified end, or None for a segment earlier commits
-    covered whole; remove lists the segments with nothing committed in them
-    (or that were already gone when the commit ran)."""
-    keep, remove = {}, []
-    if slot is None:
-        return keep, list(seg_ids)
+def recovery_plan(directory, seg_ids, slots):
+    """What to keep after a possible power cut, from the commit file's valid
+    slots, newest first. -> (keep, remove): keep maps segment id -> verified
+    end, or None for a segment earlier commits covered whole; remove lists
+    the segments with nothing committed in them (or that were already gone
+    when the commit ran).
+
+    The newest slot decides when every byte it covers made it to the disk.
+    When some did not, its flush did not complete, but one it overlapped may
+    have: flushes on their way at once (lavinmq/sync.py) each vouch from the
+    newest commit complete when they were taken, so a later one's range
+    holds an earlier one's, and that earlier one may have completed (and
+    its confirms gone out) before the power went. So the newest slot whose
+    bytes all verify decides. The newest completed commit is always among
+    them: a slot is written over only once a later flush has completed.
+    None verifies: cut back to where the newest slot began."""
+    if not slots:
+        return {}, list(seg_ids)
+    for slot in slots:
+        keep, remove, complete = _plan(directory, seg_ids, slot)
+        if complete:
+            return keep, remove
+    keep, remove, _ = _plan(directory, seg_ids, slots[0])
+    return keep, remove
+
+
+def _plan(directory, seg_ids, slot):
+    """recovery_plan as one slot sees it. -> (keep, remove, whether every
+    segment of its range that is on disk matched its crc)."""
+    keep, remove, complete = {}, [], True
     last = slot.first + len(slot.entries) - 1
     for seg_id in seg_ids:
         cut_back = slot.start if seg_id == slot.first else SEGMENT_HEADER
@@ -217,6 +243,7 @@ def recovery_plan(directory, seg_ids, slot):
                 keep[seg_id] = end
             else:
                 keep[seg_id] = cut_back     # the commit did not complete here
+                complete = False
         elif seg_id == slot.first:
             keep[seg_id] = cut_back         # a commit with no entries yet
         else:
@@ -225,4 +252,4 @@ def recovery_plan(directory, seg_ids, slot):
         if end == SEGMENT_HEADER:
             del keep[seg_id]                # nothing committed in it
             remove.append(seg_id)
-    return keep, sorted(remove)
+    return keep, sorted(remove), complete

@@ -10,13 +10,14 @@ cdef tuple load_store(MessageStore self):
     cdef Segment s
     ids = sorted(int(f[5:]) for f in os.listdir(self.path())
                  if f.startswith("msgs.") and f[5:].isdigit())
-    had_commits, slot = commits.read_newest(self.path())
+    had_commits, slots = commits.read_slots(self.path())
+    slot = slots[0] if slots else None
     verified = {}
     recovered = had_commits and (slot is None or not slot.intact)
     if recovered:
         # the machine went down since the last commit (or before the
         # first): keep what the commits vouch for (lavinmq/commit.py)
-        keep, remove = commits.recovery_plan(self.path(), ids, slot)
+        keep, remove = commits.recovery_plan(self.path(), ids, slots)
         for seg_id in remove:
             for name in ("msgs.%010d", "acks.%010d"):
                 try:

@@ -71,7 +71,7 @@ def test_the_commit_record_is_the_followers_own(client, tmp_path):
     apply_all(client, bytes(out))
     _, slot = commits.read_newest(str(tmp_path / "v/q"))
     assert (slot.seq, slot.first, slot.start, slot.boot) == (5, 1, 4, commits.BOOT_ID)
-    keep, remove = commits.recovery_plan(str(tmp_path / "v/q"), [1], slot)
+    keep, remove = commits.recovery_plan(str(tmp_path / "v/q"), [1], [slot])
     assert keep == {1: len(seg)} and remove == []            # its checksum matches its own bytes
 
 

@@ -155,6 +155,38 @@ def test_overlapping_flushes_a_later_one_never_keeps_an_earlier_ones_lost_bytes(
     s.close()
 
 
+def test_overlapping_flushes_an_earlier_one_done_keeps_its_bytes_when_a_later_one_fails(
+        tmp_path, syncer, reboot):
+    """Flush B is taken while A is on its way, so B vouches from where the
+    commit before A ended. A completes (its confirms go out); the power goes
+    while B's record is on the disk and a page of B's own bytes is not. B's
+    crc fails; recovery must fall back to A, whose bytes all made it, not
+    cut back to where B began: that dropped A's confirmed messages (the
+    power-loss harness saw one such, tests/powerloss)."""
+    q = str(tmp_path / "q")
+    s = MessageStore(q, 1 << 20, None, syncer)
+    first = [record(b"one%d" % i) for i in range(5)]
+    for r in first:
+        s.py_append(r)
+    flush(s)
+    second = [record(b"two%d" % i) for i in range(5)]
+    for r in second:
+        s.py_append(r)
+    files_a, _, job_a = s.take_sync()               # flush A taken...
+    _, pos, _ = s.py_append(record(b"x" * (2 * PAGE)))
+    files_b, _, job_b = s.take_sync()               # ...and B, before A is done
+    assert (job_b[2], job_b[3]) == (job_a[2], job_a[3])
+    for files, job in ((files_a, job_a), (files_b, job_b)):
+        sync.flush_round(files, [], [job], str(tmp_path))
+    s.commit_done(job_a)                            # A done: `second` confirmed
+    s.close()
+    lose_page(os.path.join(q, "msgs.0000000001"), pos + PAGE + 10)     # B's bytes, partly
+    reboot()
+    s = MessageStore(q, 1 << 20, None, syncer)
+    assert bodies(s) == first + second
+    s.close()
+
+
 def test_a_torn_commit_record_leaves_the_previous_one(tmp_path, syncer, reboot):
     q = str(tmp_path / "q")
     s = MessageStore(q, 1 << 20, None, syncer)
