@@ -409,11 +409,18 @@ class Listener:
     header (LavinMQ's), unless unix_proxy is False (HTTP).
 
     sockopts: the TCP options ([main] tcp_*) set on each accepted TCP
-    socket (the AMQP and MQTT listeners); None sets TCP_NODELAY only."""
+    socket (the AMQP and MQTT listeners); None sets TCP_NODELAY only.
+
+    followers: on a cluster's leader, host -> whether a follower's
+    replication link comes from there; a PROXY header is then read on every
+    connection and believed from those hosts (a follower names the client it
+    pipes, lavinmq/clustering/proxy.py). Read from everyone, so that a pipe
+    made before its follower's link is up still works (its header ignored)."""
 
     def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0,
-                 proxy=None, unix_proxy=True, sockopts=None):
+                 proxy=None, unix_proxy=True, sockopts=None, followers=None):
         self.socks = socks
+        self.followers = followers
         self.sockopts = sockopts    # lavinmq.sockopts.SocketOptions for TCP clients; None: TCP_NODELAY only
         self.factory = protocol_factory
         self.guard = guard
@@ -506,7 +513,7 @@ class Listener:
             log.exception("%s: reading the PROXY header of a connection from %s failed", self.name, host)
             ticket.release()
             return False
-        if client is not None and not self.unix and not pp.trusted(self.proxy, host):
+        if client is not None and not self.unix and not self._trusted(host):
             self._log("%s: PROXY header from untrusted source %s ignored (proxy_protocol_trusted_sources)",
                       self.name, host)
             client = None
@@ -514,9 +521,15 @@ class Listener:
             return False
         return client
 
+    def _trusted(self, host):
+        from lavinmq import proxy_protocol as pp
+        if self.followers is not None and self.followers(host):
+            return True
+        return self.proxy is not None and pp.trusted(self.proxy, host)
+
     async def _connect(self, conn, ticket, host=""):
         client = None
-        if self.proxy is not None:
+        if self.proxy is not None or self.followers is not None:
             try:
                 client = await self._client(conn, ticket, host)
             except asyncio.CancelledError:

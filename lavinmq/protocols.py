@@ -37,20 +37,26 @@ class ProtocolListeners:
         start_listeners(self)
         if cfg.amqp_port:
             self.listen(cfg.amqp_bind, cfg.amqp_port, "AMQP port", "--amqp-port / [amqp] port", new_amqp,
-                        proxy=self.proxy)
+                        proxy=self.proxy, followers=self.followers())
         if cfg.amqp_unix_path:
             self.listen_unix(cfg.amqp_unix_path, "AMQP socket", "--amqp-unix-path / [amqp] unix_path", new_amqp)
         if cfg.amqps_port and self.server.tls_context is not None:
             self.listen(cfg.amqp_bind, cfg.amqps_port, "AMQPS port", "--amqps-port / [amqp] tls_port", new_amqp,
                         self.server.tls_context)
 
-    def listen(self, bind, port, what, setting, factory, ssl_context=None, proxy=None):
+    def listen(self, bind, port, what, setting, factory, ssl_context=None, proxy=None, followers=None):
         """what: "AMQP port" (the log names the protocol by its first word);
         setting: the flag and ini key, named when the port is busy."""
         socks = bind_sockets(bind, port, what, setting)
         return self.add(Listener(socks, factory, self.server.guard, what.rsplit(" ", 1)[0], ssl_context,
                                  handshake_timeout=self.server.config.handshake_timeout, proxy=proxy,
-                                 sockopts=SocketOptions.from_config(self.server.config)))
+                                 sockopts=SocketOptions.from_config(self.server.config), followers=followers))
+
+    def followers(self):
+        """A cluster's leader: which hosts are its followers, whose pipes
+        name their clients in a PROXY header (lavinmq/clustering/proxy.py)."""
+        cluster = self.server.cluster
+        return cluster.is_follower_host if cluster is not None else None
 
     def listen_unix(self, path, what, setting, factory):
         """A UNIX socket listener: its clients are local (loopback for the

@@ -123,6 +123,17 @@ def _v1(line):
     return _unmap(host), port
 
 
+def v1_header(client, local):
+    """The PROXY v1 line a cluster's follower sends ahead of a client's
+    bytes (lavinmq/clustering/proxy.py): client and local are the (host,
+    port) of the client's socket, its peer and the address it reached."""
+    src, dst = _unmap(client[0]), _unmap(local[0])
+    if (":" in src) != (":" in dst):
+        return b"PROXY UNKNOWN\r\n"
+    family = "TCP6" if ":" in src else "TCP4"
+    return f"PROXY {family} {src} {dst} {client[1]} {local[1]}\r\n".encode("ascii")
+
+
 def starts_header(data):
     return _prefix_of(data, V1_PREFIX) or _prefix_of(data, V2_SIGNATURE)
 

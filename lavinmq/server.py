@@ -29,6 +29,7 @@ class Server:
         self.config = config
         self.data_dir = config.data_dir
         self.connections = set()
+        self.cluster = None         # lavinmq.clustering.node.Node when this broker leads a cluster
         self.users = UserStore.from_config(config)
         self.users.on_change = self.user_changed
         self.auth = Authenticator(config, self.users)     # auth_backends: local, oauth

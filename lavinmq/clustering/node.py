@@ -260,7 +260,8 @@ class Node:
                 listeners.append((cfg.amqp_bind, cfg.amqps_port, "AMQPS"))
             if cfg.https_port:
                 listeners.append((cfg.http_bind, cfg.https_port, "HTTPS"))
-        self.proxies = Proxies(listeners, sockopts.SocketOptions.from_config(cfg))
+        self.proxies = Proxies(listeners, sockopts.SocketOptions.from_config(cfg),
+                               proxy_header=not cfg.tcp_proxy_protocol)
         await self.proxies.start()
 
     def _synced(self):
@@ -359,6 +360,14 @@ class Node:
                 for path, size in segments():
                     out[os.path.relpath(path, self.data_dir).replace(os.sep, "/")] = size
         return out
+
+    def is_follower_host(self, host):
+        """Whether a follower's replication link comes from this address:
+        its pipes' PROXY headers are believed (lavinmq/listener.py)."""
+        rep = self.replicator
+        host = host.removeprefix("::ffff:")     # a dual-stack listener's IPv4 peer
+        return rep is not None and any(link.peer and link.peer[0].removeprefix("::ffff:") == host
+                                       for link in rep.links.values())
 
     def fence(self, reason):
         """Confirm nothing more, from now on. Safe to call more than once."""

@@ -14,16 +14,25 @@ parsed. TLS passes through untouched: the leader terminates it.
 The client's socket gets the TCP options ([main] tcp_*) that the protocol
 listeners give theirs (lavinmq/sockopts.py: AMQP and MQTT, not HTTP), and
 the pipe to the leader keepalive, as the cluster's other links.
+
+An AMQP or MQTT pipe starts with a PROXY v1 header naming the client (as
+LavinMQ's AMQP pipe does), which the leader believes from its followers
+(lavinmq/listener.py): the connection shows the client's address, and the
+per-address connection limit, login back-off and loopback-only users judge
+the client, not the follower. Not when this node's own ports take PROXY
+headers ([amqp] tcp_proxy_protocol): then the balancer's header in front of
+it passes through and names the client.
 """
 import asyncio
 import logging
 
-from lavinmq import sockopts
+from lavinmq import proxy_protocol, sockopts
 
 log = logging.getLogger("lavinmq.clustering.proxy")
 
 WAIT_FOR_LEADER = 5.0
 PROTOCOLS = ("AMQP", "AMQPS", "MQTT", "MQTTS")     # the listeners with TCP options
+HEADER_PROTOCOLS = ("AMQP", "MQTT")                 # the leader's ports that read a follower's PROXY header
 CONNECT_TIMEOUT = 3.0
 
 
@@ -122,6 +131,10 @@ class _ClientSide(_Side):
             self.close()
             return
         self.other = leader
+        if self.proxy.proxy_header and self.what in HEADER_PROTOCOLS:
+            peer, local = self.transport.get_extra_info("peername"), self.transport.get_extra_info("sockname")
+            if isinstance(peer, tuple) and isinstance(local, tuple):
+                leader.transport.write(proxy_protocol.v1_header(peer, local))
         for data in self.early:
             leader.transport.write(data)
         self.early = []
@@ -129,11 +142,13 @@ class _ClientSide(_Side):
 
 
 class Proxies:
-    def __init__(self, listeners, options=None):
+    def __init__(self, listeners, options=None, proxy_header=True):
         """listeners: [(bind address, port, what)]; options: the
-        lavinmq.sockopts.SocketOptions of the broker's listeners."""
+        lavinmq.sockopts.SocketOptions of the broker's listeners;
+        proxy_header: AMQP and MQTT pipes start with a PROXY header."""
         self.listeners = listeners
         self.sockopts = options
+        self.proxy_header = proxy_header
         self.servers = []
         self.pipes = set()
         self.host = None

@@ -13,7 +13,7 @@ def start_listeners(protocols):
     new_mqtt = lambda: MQTTConnection(server)       # noqa: E731
     if cfg.mqtt_port > 0:
         protocols.listen(cfg.mqtt_bind, cfg.mqtt_port, "MQTT port", "--mqtt-port / [mqtt] port", new_mqtt,
-                         proxy=protocols.proxy)
+                         proxy=protocols.proxy, followers=protocols.followers())
     if cfg.mqtts_port > 0 and server.mqtt_tls_context is not None:
         protocols.listen(cfg.mqtt_bind, cfg.mqtts_port, "MQTTS port", "--mqtts-port / [mqtt] tls_port", new_mqtt,
                          server.mqtt_tls_context)

@@ -9,6 +9,7 @@ import pika
 
 from tests.cluster.harness import ROOT, wait_same_data
 from tests.cluster.test_replication import consume, publish
+from tests.helpers.rawclient import RawClient
 
 
 def serves(node, queue="probe", timeout=20):
@@ -87,6 +88,52 @@ def test_followers_proxy_clients_to_the_leader(cluster):
     paho.mqtt.publish.single("sensors/t1", b"m", qos=1, hostname=follower.host, port=cluster.mqtt_port,
                              auth={"username": "guest", "password": "guest"})
     assert consume(leader.url, "via-follower-mqtt", 5) == [b"m"]
+
+
+def connection_from(node, port, timeout=10):
+    """The leader's view of the connection from this local port."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conns = [c for c in node.api("/api/connections") if c.get("peer_port") == port]
+        if conns or time.monotonic() > deadline:
+            return conns[0] if conns else None
+        time.sleep(0.1)
+
+
+def test_a_client_piped_through_a_follower_is_seen_as_itself(cluster):
+    """A follower's AMQP and MQTT pipes start with a PROXY header naming the
+    client (as LavinMQ's AMQP pipe): the leader shows, limits and judges the
+    client's address, not the follower's. A header from anyone else is not
+    believed."""
+    import paho.mqtt.client as mqtt
+    leader = cluster.wait_leader()
+    cluster.wait_isr(3)
+    follower = next(n for n in cluster.nodes if n is not leader)
+    amqp = RawClient(follower.host, cluster.amqp_port, source="127.0.0.99")
+    try:
+        seen = connection_from(leader, amqp.sock.getsockname()[1])
+        assert seen is not None and seen["peer_host"] == "127.0.0.99", seen
+    finally:
+        amqp.close()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="piped", protocol=mqtt.MQTTv311)
+    client.username_pw_set("guest", "guest")
+    client.connect(follower.host, cluster.mqtt_port, bind_address="127.0.0.98")
+    client.loop_start()
+    try:
+        seen = connection_from(leader, client.socket().getsockname()[1])
+        assert seen is not None and seen["peer_host"] == "127.0.0.98", seen
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    # a client of the leader's own that sends a header names nobody but itself
+    forged = RawClient(leader.host, cluster.amqp_port, source="127.0.0.97", handshake=False)
+    try:
+        forged.sendall(b"PROXY TCP4 10.1.2.3 127.0.0.1 1234 5672\r\n")
+        forged.handshake("guest", "guest", "/")
+        seen = connection_from(leader, forged.sock.getsockname()[1])
+        assert seen is not None and seen["peer_host"] == "127.0.0.97", seen
+    finally:
+        forged.close()
 
 
 def test_nodes_api_and_cluster_status(cluster):

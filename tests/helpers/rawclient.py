@@ -9,8 +9,9 @@ from pamqp import body as pbody, commands, frame, header
 
 class RawClient:
     def __init__(self, host, port, user="guest", password="guest", vhost="/",
-                 frame_max=131072, heartbeat=0, handshake=True, capabilities=None):
-        self.sock = socket.create_connection((host, port), timeout=30)
+                 frame_max=131072, heartbeat=0, handshake=True, capabilities=None, source=None):
+        self.sock = socket.create_connection((host, port), timeout=30,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.frame_max = frame_max

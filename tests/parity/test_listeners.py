@@ -168,6 +168,18 @@ def test_header_parsing():
         pp.parse_trusted("10.0.0.0/8, bogus")
 
 
+def test_a_followers_header_reads_back():
+    """What a cluster's follower sends ahead of a piped client
+    (lavinmq/clustering/proxy.py) parses to that client."""
+    h = pp.v1_header(("203.0.113.7", 40000), ("10.0.0.2", 5672))
+    assert h == b"PROXY TCP4 203.0.113.7 10.0.0.2 40000 5672\r\n"
+    assert pp.parse(h + b"AMQP") == (len(h), ("203.0.113.7", 40000))
+    h6 = pp.v1_header(("2001:db8::7", 1, 0, 0), ("2001:db8::2", 1883, 0, 0))
+    assert pp.parse(h6) == (len(h6), ("2001:db8::7", 1))
+    assert pp.v1_header(("::ffff:1.2.3.4", 9, 0, 0), ("10.0.0.2", 5672)) == b"PROXY TCP4 1.2.3.4 10.0.0.2 9 5672\r\n"
+    assert pp.parse(pp.v1_header(("2001:db8::7", 1, 0, 0), ("10.0.0.2", 5672))) == (15, None)
+
+
 def test_header_split_over_segments():
     async def run():
         a, b = socket.socketpair()
