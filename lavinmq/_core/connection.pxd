@@ -21,21 +21,17 @@ cdef enum ConnPhase:
 
 cdef class CoreConnection(FlowClient):
     cdef:
-        public ConnState state
         char *rbuf
         Py_ssize_t rcap
         Py_ssize_t rlen
-        public int phase
         public list channels           # index = channel id (< LOW_CHANNELS), None if not open
         public dict channels_hi        # channel id -> Channel, for ids past the list
         public uint32_t open_count     # channels open, limited by channel_max
         public uint16_t channel_max
         public uint32_t frame_max
-        public object transport
         public double last_recv        # monotonic seconds, per read batch
         public double last_send
         public uint64_t recv_frames
-        public bint paused_reading
         readonly bint framing_lost              # a frame error: input is discarded from then on
 
     cdef int process(self) except -1

@@ -10,9 +10,8 @@ from libc.string cimport memcmp, memmove, memcpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
-from lavinmq._core.channel cimport ConnState, Channel, FLOW_BACKLOG
-from lavinmq._core.queue cimport Queue
-from lavinmq._core.flow cimport flow_wait, flow_forget
+from lavinmq._core.channel cimport ConnState, Channel
+from lavinmq._core.flow cimport flow_forget
 from lavinmq._core.codec cimport decode_method_args, encode_method_args
 from lavinmq._core cimport spec
 
@@ -62,6 +61,7 @@ cdef class CoreConnection:
         if self.rbuf is NULL:
             raise MemoryError()
         self.state = ConnState(self)
+        self.open_phase = PH_OPEN
         self.channels = [None]
         self.channels_hi = {}
         self.channel_max = 2048
@@ -337,33 +337,6 @@ cdef class CoreConnection:
             raise UnexpectedFrame(f"method on channel {ch} before the connection is open", cid, mid)
         self.on_method(ch, c, cid, mid, decode_method_args(cid, mid, p + 4, size - 4))
         return 0
-
-    def slow_down(self):
-        """Flow control: a queue this connection publishes to is behind (its
-        consumers, or its expiry). Its socket is not read until that queue's
-        line (lavinmq/_core/flow.pyx) lets it in, so its publisher blocks on a full socket
-        and leaves the CPU to the consumers."""
-        cdef Queue q = self.state.flow_queue
-        self.state.flow_queue = None
-        if q is None or self.transport is None or self.phase != PH_OPEN or self.flow_line is not None:
-            return
-        if not self.paused_reading:
-            self.transport.pause_reading()
-            self.paused_reading = True
-        flow_wait(self, q)
-
-    def resume_after_flow(self):
-        if self.flow_line is not None:
-            flow_forget(self)      # let in by other means (an alarm's end)
-        if self.paused_reading and self.transport is not None and self.phase == PH_OPEN \
-                and not self.state.blocked:
-            self.paused_reading = False
-            self.transport.resume_reading()
-
-    def block_reading(self):
-        if not self.paused_reading and self.transport is not None:
-            self.transport.pause_reading()
-            self.paused_reading = True
 
     # -- upcalls, implemented by lavinmq.amqp.connection ----------------------
 

@@ -1,4 +1,5 @@
 from libc.stdint cimport int64_t, uint64_t
+from lavinmq._core.channel cimport ConnState
 from lavinmq._core.queue cimport Queue
 
 cdef class FlowLine:
@@ -10,7 +11,13 @@ cdef class FlowLine:
         Py_ssize_t dead           # waiting connections that closed meanwhile
 
 cdef class FlowClient:
+    # what AMQP's and MQTT's connections share for pausing their reading
     cdef:
+        public ConnState state
+        public int phase
+        int open_phase                  # `phase` once open (AMQP's PH_OPEN, MQTT's MP_OPEN)
+        public object transport
+        public bint paused_reading
         FlowLine flow_line              # the queue line it waits in, None when read
         uint64_t flow_batch             # publishes of the read batch that made it wait
         FlowLine flow_from              # the line that last let it in, and

@@ -46,16 +46,12 @@ cdef struct Flight:
 
 cdef class MQTTCore(FlowClient):
     cdef:
-        public ConnState state
         char *rbuf
         Py_ssize_t rcap
         Py_ssize_t rlen
-        public int phase
-        public object transport
         public double last_recv          # monotonic seconds, per read batch
         public double last_send
         public uint32_t max_packet_size
-        public bint paused_reading
         bint filled                      # the last read filled the buffer
         Py_ssize_t offered               # free bytes of the last get_buffer
         public bint may_publish          # permission_check_enabled: write on the exchange

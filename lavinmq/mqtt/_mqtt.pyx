@@ -22,7 +22,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64, le16, le32, le64, put_le64, put_be16
 from lavinmq._core.channel cimport ConnState, FLOW_BACKLOG
-from lavinmq._core.flow cimport flow_wait, flow_forget
+from lavinmq._core.flow cimport flow_forget
 from lavinmq._core.clock cimport now_ms
 from lavinmq._core.props cimport P_HEADERS, PROP_COUNT, prop_field_size
 from lavinmq._core.queue cimport Queue, ConsumerBase, schedule_queue, PUBLISH_NO_SPACE
@@ -116,6 +116,7 @@ cdef class MQTTCore:
         if self.rbuf is NULL:
             raise MemoryError()
         self.state = ConnState(self)
+        self.open_phase = MP_OPEN
         self.max_packet_size = MAX_REMAINING
         self.may_publish = True
         self.last_recv = self.last_send = monotonic()
@@ -448,37 +449,6 @@ cdef class MQTTCore:
         """A control packet from Python (CONNACK, SUBACK, ...); flushed with
         the batch it answers, or by the caller."""
         self.state.wbuf.write_bytes(data)
-
-    # -- flow control (as the AMQP core) ------------------------------------------------
-
-    def slow_down(self):
-        """A queue this connection publishes to is behind (its consumers, or
-        its expiry): its socket is not read until that queue's line
-        (lavinmq/_core/flow.pyx) lets it in, as AMQP's publishers wait. One
-        loop turn reads every readable socket but runs one delivery pass per
-        queue: a thousand publishers let in at once (the pause this replaced)
-        left the subscriber a third of what they brought."""
-        cdef Queue q = self.state.flow_queue
-        self.state.flow_queue = None
-        if q is None or self.transport is None or self.phase != MP_OPEN or self.flow_line is not None:
-            return
-        if not self.paused_reading:
-            self.transport.pause_reading()
-            self.paused_reading = True
-        flow_wait(self, q)
-
-    def resume_after_flow(self):
-        if self.flow_line is not None:
-            flow_forget(self)      # let in by other means (an alarm's end)
-        if self.paused_reading and self.transport is not None and self.phase == MP_OPEN \
-                and not self.state.blocked:
-            self.paused_reading = False
-            self.transport.resume_reading()
-
-    def block_reading(self):
-        if not self.paused_reading and self.transport is not None:
-            self.transport.pause_reading()
-            self.paused_reading = True
 
     # -- upcalls, implemented by lavinmq.mqtt.connection ------------------------------
 
