@@ -331,11 +331,9 @@ INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 # [main] key of LavinMQ 2.9 is implemented or refused now.)
 HARMLESS_KEYS = {
     "main": set(),
-    # LavinMQ still declares these and has not used them since it removed
-    # systemd socket activation (2021): an ini from it may carry them
-    "amqp": {"amqp_systemd_socket_name"},
-    "mgmt": {"http_systemd_socket_name"},
-    "mqtt": {"mqtt_systemd_socket_name"},
+    "amqp": set(),
+    "mgmt": set(),
+    "mqtt": set(),
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
     "oauth": set(),
@@ -350,6 +348,9 @@ UNSUPPORTED_KEYS = {
     # connection's frame buffer (which must hold a whole frame, frame_max)
     # and every read batch's writes leave in one send: no such buffer exists
     "main": {"tls_ktls", "socket_buffer_size"},
+    "amqp": {"amqp_systemd_socket_name"},
+    "mgmt": {"http_systemd_socket_name"},
+    "mqtt": {"mqtt_systemd_socket_name"},
 }
 UNSUPPORTED_SECTIONS = {"experimental"}
 # an unsupported key or section set to one of these asks for nothing that is lacking

@@ -218,23 +218,15 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
 
 
 @pytest.mark.parametrize("section,key,value", [
-    ("main", "tls_ktls", "true"),
+    ("amqp", "amqp_systemd_socket_name", "lavinmq-amqp.socket"),
+    ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
+    ("mqtt", "mqtt_systemd_socket_name", "lavinmq-mqtt.socket"),
     ("experimental", "yield_each_received_bytes", "131072"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
     path = ini(tmp_path, f"[{section}]\n{key} = {value}\n")
     with pytest.raises(ConfigError, match=rf"\[{section}\] {key} = .*not supported"):
         Config.load(["-c", path], env)
-
-
-def test_lavinmqs_unused_systemd_socket_names_are_accepted_with_a_warning(tmp_path, env):
-    """LavinMQ declares them and has not read them since it dropped socket
-    activation: its ini files may still carry them."""
-    path = ini(tmp_path, "[amqp]\namqp_systemd_socket_name = lavinmq-amqp.socket\n"
-                         "[mgmt]\nhttp_systemd_socket_name = lavinmq-http.socket\n"
-                         "[mqtt]\nmqtt_systemd_socket_name = lavinmq-mqtt.socket\n")
-    c = Config.load(["-c", path], env)
-    assert len(c.warnings) == 3 and all("has no effect here, ignored" in w for w in c.warnings), c.warnings
 
 
 def test_deprecated_aliases(tmp_path, env):
