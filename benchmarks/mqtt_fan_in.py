@@ -10,7 +10,6 @@ the queue's line, lavinmq/_core/flow.pyx, as AMQP's do).
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,20 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.conftest import BrokerProcess  # noqa: E402
-from tests.parity.helpers import api  # noqa: E402
-
-
-def perf(broker, *args):
-    return subprocess.Popen([sys.executable, "-m", "lavinmq.perf", "mqtt", "throughput",
-                             "-u", f"mqtt://guest:guest@127.0.0.1:{broker.mqtt_port}", "-j", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-
-
-def session_stats(broker, prefix):
-    """(taken in, delivered, ready) of the subscriber's session queue."""
-    q = next(q for q in api(broker, "GET", "/api/queues")[1] if q["name"].startswith("mqtt." + prefix))
-    st = q.get("message_stats") or {}
-    return st.get("publish", 0), st.get("deliver_get", 0), q.get("messages", 0)
+from tests.helpers.mqtt_fan_in import perf, session_stats  # noqa: E402
 
 
 def run(broker, publishers, seconds):

@@ -134,12 +134,6 @@ def read_slots(directory):
     return True, sorted(slots, key=lambda slot: slot.seq, reverse=True)
 
 
-def read_newest(directory):
-    """-> (exists, newest valid Slot or None)."""
-    exists, slots = read_slots(directory)
-    return exists, (slots[0] if slots else None)
-
-
 def slot_offset(seq):
     return (seq % SLOTS) * SLOT_SPACING
 
@@ -218,12 +212,13 @@ def recovery_plan(directory, seg_ids, slots):
     None verifies: cut back to where the newest slot began."""
     if not slots:
         return {}, list(seg_ids)
+    newest = None
     for slot in slots:
         keep, remove, complete = _plan(directory, seg_ids, slot)
         if complete:
             return keep, remove
-    keep, remove, _ = _plan(directory, seg_ids, slots[0])
-    return keep, remove
+        newest = newest or (keep, remove)
+    return newest
 
 
 def _plan(directory, seg_ids, slot):

@@ -69,7 +69,7 @@ def test_the_commit_record_is_the_followers_own(client, tmp_path):
     protocol.write_frames(out, "v/q/msgs.0000000001", 0, seg)
     out += protocol.commit_frame("v/q", 5, 1, 4, [(1, len(seg))])
     apply_all(client, bytes(out))
-    _, slot = commits.read_newest(str(tmp_path / "v/q"))
+    slot = commits.read_slots(str(tmp_path / "v/q"))[1][0]
     assert (slot.seq, slot.first, slot.start, slot.boot) == (5, 1, 4, commits.BOOT_ID)
     keep, remove = commits.recovery_plan(str(tmp_path / "v/q"), [1], [slot])
     assert keep == {1: len(seg)} and remove == []            # its checksum matches its own bytes

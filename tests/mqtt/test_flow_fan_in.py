@@ -8,27 +8,14 @@ backlog drained, and bursts (benchmarks/mqtt_fan_in.py: "in 0/s" in some
 2 s windows, backlogs of 4-5.6M). Ratios, not rates, with wide margins:
 the machine is shared."""
 import statistics
-import subprocess
-import sys
 import time
 
+from tests.helpers.mqtt_fan_in import perf, session_stats
 from tests.parity.helpers import api
 
 PUBLISHERS = 1000
 WINDOW = 0.5
 WINDOWS = 10
-
-
-def perf(broker, *args):
-    return subprocess.Popen([sys.executable, "-m", "lavinmq.perf", "mqtt", "throughput",
-                             "-u", f"mqtt://guest:guest@127.0.0.1:{broker.mqtt_port}", "-j", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def session(broker, prefix):
-    q = next(q for q in api(broker, "GET", "/api/queues")[1] if q["name"].startswith("mqtt." + prefix))
-    st = q.get("message_stats") or {}
-    return st.get("publish", 0), st.get("deliver_get", 0)
 
 
 def test_a_thousand_publishers_are_let_in_steadily(fresh_mqtt_broker):
@@ -45,10 +32,10 @@ def test_a_thousand_publishers_are_let_in_steadily(fresh_mqtt_broker):
             time.sleep(0.2)
         assert len(conns) >= PUBLISHERS + 1, len(conns)
         time.sleep(1.0)
-        samples = [session(b, "sub-")]
+        samples = [session_stats(b, "sub-")[:2]]
         for _ in range(WINDOWS):
             time.sleep(WINDOW)
-            samples.append(session(b, "sub-"))
+            samples.append(session_stats(b, "sub-")[:2])
     finally:
         _, err_pub = pub.communicate(timeout=60)
         _, err_sub = sub.communicate(timeout=60)

@@ -54,6 +54,30 @@ def lose_page(path, offset):
         f.write(bytes(PAGE))
 
 
+def committed(tmp_path, syncer):
+    """A store with five records whose flush completed. -> (dir, store, records)."""
+    q = str(tmp_path / "q")
+    s = MessageStore(q, 1 << 20, None, syncer)
+    first = [record(b"one%d" % i) for i in range(5)]
+    for r in first:
+        s.py_append(r)
+    flush(s)
+    return q, s, first
+
+
+def overlapped(s, tmp_path, between):
+    """Flush A taken, `between()` appends more, flush B taken before A is
+    done (lavinmq/sync.py's MAX_IN_FLIGHT), then both run. -> (job A, what
+    `between` returned)."""
+    files_a, _, job_a = s.take_sync()
+    got = between()
+    files_b, _, job_b = s.take_sync()
+    assert (job_b[2], job_b[3]) == (job_a[2], job_a[3])     # B vouches from where A does
+    for files, job in ((files_a, job_a), (files_b, job_b)):
+        sync.flush_round(files, [], [job], str(tmp_path))
+    return job_a, got
+
+
 def test_a_torn_record_past_the_last_commit_is_cut_not_delivered(tmp_path, syncer, reboot):
     q = str(tmp_path / "q")
     s = MessageStore(q, 1 << 20, None, syncer)
@@ -109,12 +133,7 @@ def test_after_a_crash_on_the_same_boot_everything_written_loads(tmp_path, synce
 
 
 def test_an_incomplete_commit_falls_back_to_the_one_before(tmp_path, syncer, reboot):
-    q = str(tmp_path / "q")
-    s = MessageStore(q, 1 << 20, None, syncer)
-    first = [record(b"one%d" % i) for i in range(5)]
-    for r in first:
-        s.py_append(r)
-    flush(s)
+    q, s, first = committed(tmp_path, syncer)
     _, pos, _ = s.py_append(record(b"x" * (2 * PAGE)))
     s.py_append(record(b"two"))
     flush(s)                             # its record is on disk...
@@ -133,19 +152,9 @@ def test_overlapping_flushes_a_later_one_never_keeps_an_earlier_ones_lost_bytes(
     not. The second vouches from the last completed commit, so its crc
     fails and recovery cuts back to what was confirmed, never keeping the
     zeroed page as a message."""
-    q = str(tmp_path / "q")
-    s = MessageStore(q, 1 << 20, None, syncer)
-    first = [record(b"one%d" % i) for i in range(5)]
-    for r in first:
-        s.py_append(r)
-    flush(s)                                        # complete: confirmed
+    q, s, first = committed(tmp_path, syncer)      # complete: confirmed
     _, pos, _ = s.py_append(record(b"x" * (2 * PAGE)))
-    files_a, dir_a, job_a = s.take_sync()           # flush A taken...
-    s.py_append(record(b"two"))
-    files_b, dir_b, job_b = s.take_sync()           # ...and B, before A is done
-    assert (job_b[2], job_b[3]) == (job_a[2], job_a[3])
-    for files, job in ((files_a, job_a), (files_b, job_b)):
-        sync.flush_round(files, [], [job], str(tmp_path))
+    overlapped(s, tmp_path, lambda: s.py_append(record(b"two")))
     s.close()
     seg = os.path.join(q, "msgs.0000000001")
     lose_page(seg, pos + PAGE + 10)                 # A's bytes, partly
@@ -163,21 +172,11 @@ def test_overlapping_flushes_an_earlier_one_done_keeps_its_bytes_when_a_later_on
     crc fails; recovery must fall back to A, whose bytes all made it, not
     cut back to where B began: that dropped A's confirmed messages (the
     power-loss harness saw one such, tests/powerloss)."""
-    q = str(tmp_path / "q")
-    s = MessageStore(q, 1 << 20, None, syncer)
-    first = [record(b"one%d" % i) for i in range(5)]
-    for r in first:
-        s.py_append(r)
-    flush(s)
+    q, s, first = committed(tmp_path, syncer)
     second = [record(b"two%d" % i) for i in range(5)]
     for r in second:
         s.py_append(r)
-    files_a, _, job_a = s.take_sync()               # flush A taken...
-    _, pos, _ = s.py_append(record(b"x" * (2 * PAGE)))
-    files_b, _, job_b = s.take_sync()               # ...and B, before A is done
-    assert (job_b[2], job_b[3]) == (job_a[2], job_a[3])
-    for files, job in ((files_a, job_a), (files_b, job_b)):
-        sync.flush_round(files, [], [job], str(tmp_path))
+    job_a, (_, pos, _) = overlapped(s, tmp_path, lambda: s.py_append(record(b"x" * (2 * PAGE))))
     s.commit_done(job_a)                            # A done: `second` confirmed
     s.close()
     lose_page(os.path.join(q, "msgs.0000000001"), pos + PAGE + 10)     # B's bytes, partly
@@ -287,8 +286,9 @@ def test_sync_off_removes_the_commit_file(tmp_path, syncer):
 def test_a_new_queue_has_its_record_before_its_first_segment(tmp_path, syncer, reboot):
     q = str(tmp_path / "q")
     s = MessageStore(q, 1 << 20, None, syncer)
-    exists, slot = commits.read_newest(q)
-    assert exists and slot.seq == 0 and (slot.first, slot.start, slot.entries) == (1, 4, [])
+    exists, slots = commits.read_slots(q)
+    slot = slots[0]
+    assert exists and len(slots) == 1 and slot.seq == 0 and (slot.first, slot.start, slot.entries) == (1, 4, [])
     s.py_append(record(b"never committed"))
     s.close()
     reboot()

@@ -40,7 +40,8 @@ def test_slot_is_the_one_commit_py_writes(tmp_path):
     with open(commit.commit_path(job[0]), "rb") as f:
         by_flusher = f.read()
     assert by_flusher == by_python
-    exists, slot = commit.read_newest(job[0])
+    exists, slots = commit.read_slots(job[0])
+    slot = slots[0]
     assert exists and slot.seq == job[1] and all(end for end, _ in slot.entries)
     store.close()
 
@@ -51,7 +52,7 @@ def test_a_gone_segment_gets_an_empty_entry(tmp_path):
     files, directory, job = store.take_sync()
     ends = [(seg_id, end) for seg_id, end in job[4]] + [(job[4][-1][0] + 1, 999)]     # never written
     flusher.flush_now(files, [], [(job[0], job[1], job[2], job[3], ends)], str(tmp_path), commit.BOOT_ID)
-    _, slot = commit.read_newest(job[0])
+    slot = commit.read_slots(job[0])[1][0]
     assert slot.entries[-1] == (0, 0) and slot.entries[0][0] > 0
     store.close()
 

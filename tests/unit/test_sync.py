@@ -121,7 +121,7 @@ async def test_flushes_overlap_and_each_vouches_from_the_newest_completed(tmp_pa
         g.set()
     await until(lambda: done == list(range(1, sync.MAX_IN_FLIGHT + 2)) and syncer.idle)
     # recovery reads the newest slot of the four
-    _, slot = commit.read_newest(str(tmp_path / "q"))
+    slot = commit.read_slots(str(tmp_path / "q"))[1][0]
     assert slot.seq == nxt[1] and slot.entries[-1][0] == ends[-1]
     s.close()
 
@@ -266,6 +266,6 @@ async def test_close_flushes_what_is_left(tmp_path):
     s.py_append(record(b"at shutdown"))
     await syncer.close()
     assert syncer.idle and syncer.flushes == 1
-    _, slot = commit.read_newest(str(tmp_path / "q"))
+    slot = commit.read_slots(str(tmp_path / "q"))[1][0]
     assert slot.seq == 1 and slot.first == 1 and slot.entries[0][0] == 4 + len(record(b"at shutdown"))
     s.close()
