@@ -127,6 +127,26 @@ cdef int cmp_u32(const void *a, const void *b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef inline Py_ssize_t _prefill_stretch(Py_ssize_t written):
+    """Zeros ahead by as much as is written already (16 KiB to 256 KiB): a
+    queue that gets few messages does not pay for zeros it will not use."""
+    if written < 16384:
+        return 16384
+    return written if written < PREFILL_CHUNK else PREFILL_CHUNK
+
+
+cdef inline Py_ssize_t _prefill_end(Py_ssize_t upto, Py_ssize_t ahead, Py_ssize_t cap):
+    cdef Py_ssize_t end = upto + ahead
+    end -= end % 4096
+    return end if end < cap else cap
+
+
+cdef inline Py_ssize_t _settle(Py_ssize_t reached, Py_ssize_t wanted, Py_ssize_t cap):
+    """prepared after zeros reached `reached`: short of what was wanted, the
+    writes failed (a full disk), and the faults do the rest."""
+    return reached if reached >= wanted else cap
+
+
 cdef class Segment:
 
     def __cinit__(self, uint32_t seg_id, str directory):
@@ -138,6 +158,7 @@ cdef class Segment:
         self.base = NULL
 
     def __dealloc__(self):
+        self.take_prefill()
         self.unmap()
         if self.fd >= 0:
             c_close(self.fd)
@@ -184,36 +205,63 @@ cdef class Segment:
         they are rare, but with 1,000 queues written in turn nearly every
         fault pays it (~0.2 ms each here: 40 us per message). pwrite
         allocates a whole stretch in one call. Best effort: if it fails, the
-        faults do the work as before."""
-        # ahead by as much as is written already (16 KiB to 256 KiB): a queue
-        # that gets few messages does not pay for zeros it will not use
-        cdef Py_ssize_t ahead = upto if upto < PREFILL_CHUNK else PREFILL_CHUNK
-        cdef Py_ssize_t end, pos, chunk, done
+        faults do the work as before.
+
+        The writer calls this when it gets to prefill_at: the next stretch
+        goes to the prefill thread (_prefill.pxi) once half of the last one
+        is used, and the writer takes it (waiting, if it must) when it
+        needs its bytes. Only what nothing prepared in time is written here."""
+        cdef PrefillJob *job = <PrefillJob *>self.prefill_job
+        cdef Py_ssize_t ahead, end
         cdef int fd
-        if ahead < 16384:
-            ahead = 16384
-        end = upto + ahead
-        end -= end % 4096
-        if end > self.capacity:
-            end = self.capacity
-        pos = self.prepared
-        if end <= pos:
+        if job is not NULL and (upto > self.prepared or prefill_done(job)):
+            self.take_prefill()
+        if upto > self.prepared:
+            self.prefill_now(upto)
+        self.prefill_at = self.capacity
+        if self.prefill_job is not NULL:
+            self.prefill_at = self.prepared
+        elif self.prepared < self.capacity:
+            ahead = _prefill_stretch(self.prepared)
+            if self.prepared - upto > ahead // 2:
+                self.prefill_at = self.prepared - ahead // 2
+                return 0
+            end = _prefill_end(self.prepared, ahead, self.capacity)
+            fd = c_open(self.path.encode(), O_WRONLY)
+            if fd < 0:
+                self.prepared = self.prefill_at = self.capacity
+                return 0
+            self.prefill_job = prefill_submit(fd, self.prepared, end)
+            if self.prefill_job is NULL:        # no thread: now, as before
+                self.prepared = _settle(write_zeros(fd, self.prepared, end), end, self.capacity)
+                c_close(fd)
+            self.prefill_at = self.prepared
+        return 0
+
+    cdef int prefill_now(self, Py_ssize_t upto) except -1:
+        """Zeros over [prepared, upto + a stretch), on the loop."""
+        cdef Py_ssize_t end = _prefill_end(upto, _prefill_stretch(upto), self.capacity)
+        cdef int fd
+        if end <= self.prepared:
             return 0
         fd = c_open(self.path.encode(), O_WRONLY)
         if fd < 0:
             self.prepared = self.capacity
             return 0
-        while pos < end:
-            chunk = end - pos if end - pos < PREFILL_CHUNK else PREFILL_CHUNK
-            done = pwrite(fd, ZEROS, chunk, pos)
-            if done <= 0:
-                break
-            pos += done
+        self.prepared = _settle(write_zeros(fd, self.prepared, end), upto, self.capacity)
         c_close(fd)
-        self.prepared = pos if pos < end else end
-        if self.prepared < upto:
-            self.prepared = self.capacity      # could not write: leave it to the faults
         return 0
+
+    cdef void take_prefill(self):
+        """The stretch on its way is the writer's now (waited for if need be)."""
+        cdef PrefillJob *job = <PrefillJob *>self.prefill_job
+        if job is NULL:
+            return
+        with nogil:
+            prefill_wait(job)
+        self.prepared = _settle(job.reached, job.end, self.capacity)
+        self.prefill_job = NULL
+        free(job)
 
     cdef void unmap(self):
         if self.base is not NULL:
@@ -282,6 +330,7 @@ cdef class Segment:
         return lo < self.n_deleted and self.deleted[lo] == pos
 
     def close_files(self):
+        self.take_prefill()
         self.unmap()
         if self.fd >= 0:
             c_close(self.fd)

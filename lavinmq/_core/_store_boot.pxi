@@ -86,7 +86,7 @@ cdef int load_segment(MessageStore self, Segment s, bint last, Py_ssize_t verifi
         file_len = SEGMENT_HEADER
     limit = file_len if verified_end < 0 else min(verified_end, file_len)
     s.size = file_len
-    s.prepared = file_len
+    s.prepared = s.prefill_at = file_len
     s.capacity = max(file_len, self.segment_size) if last else file_len
     if last:
         s.fd = c_open(s.path.encode(), O_RDWR)

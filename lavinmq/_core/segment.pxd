@@ -30,6 +30,8 @@ cdef class Segment:
         Py_ssize_t capacity     # file length while it is the write segment
         Py_ssize_t allocated    # bytes backed by disk blocks: writes never go past it
         Py_ssize_t prepared     # write segment: bytes from the start backed by written blocks
+        Py_ssize_t prefill_at   # the writer calls prefill() past this (<= prepared)
+        void *prefill_job       # the next stretch of zeros on its way (a PrefillJob), or NULL
         readonly uint32_t msg_count
         readonly uint32_t ack_count
         bint writable
@@ -43,6 +45,8 @@ cdef class Segment:
 
     cdef int map(self) except -1
     cdef int prefill(self, Py_ssize_t upto) except -1
+    cdef int prefill_now(self, Py_ssize_t upto) except -1
+    cdef void take_prefill(self)
     cdef void unmap(self)
     cdef int add_pending(self, uint32_t pos) except -1
     cdef int flush_pending(self) except -1

@@ -1,8 +1,9 @@
 # cython: language_level=3
 # The message store of a queue (MessageStore: append, shift, ack, requeue,
-# group commit) over its segment files. Two topic files are included:
-# _segment_file.pxi (one segment file and its ack file) and _store_boot.pxi
-# (reading a store back at boot).
+# group commit) over its segment files. Three topic files are included:
+# _segment_file.pxi (one segment file and its ack file), _prefill.pxi (its
+# zeros ahead of the writer, from a thread) and _store_boot.pxi (reading a
+# store back at boot).
 import hashlib
 import logging
 import os
@@ -62,6 +63,7 @@ class DiskFull(OSError):
     """No space for a new segment or its first blocks."""
 
 
+include "_prefill.pxi"
 include "_segment_file.pxi"
 include "_store_boot.pxi"
 
@@ -207,7 +209,7 @@ cdef class MessageStore:
         if pwrite(s.fd, hdr, 4, 0) != 4:
             PyErr_SetFromErrno(OSError)
             return -1
-        s.prepared = SEGMENT_HEADER
+        s.prepared = s.prefill_at = SEGMENT_HEADER
         s.map()
         # the mapping keeps the file: no fd per queue (10k queues, 10k fds otherwise)
         c_close(s.fd)
@@ -258,6 +260,7 @@ cdef class MessageStore:
 
     def _seal(self, Segment s):
         """The write segment is full: cut the file to its data."""
+        s.take_prefill()        # zeros written after the cut would lengthen the file again
         s.writable = False
         if s is not self.rseg:
             s.unmap()
@@ -458,7 +461,7 @@ cdef class MessageStore:
             if self.allocate(s, s.size + n + 8) == APPEND_NO_SPACE:
                 self.log_disk_full(None)
                 return APPEND_NO_SPACE
-        if s.size + n + 8 > s.prepared:
+        if s.size + n + 8 > s.prefill_at:
             s.prefill(s.size + n + 8)       # zeros ahead, in the page cache: cheap write faults
         if s.base is NULL:          # unmapped while the queue was idle
             try:
@@ -752,6 +755,16 @@ cdef class MessageStore:
     @property
     def mapped_segments(self):
         return sum(1 for s in self.segs if s is not None and s.mapped)
+
+    def prefill_state(self):
+        """Tests: the write segment's zeros ahead, as (end of data, zeros
+        written up to, a stretch on its way, that stretch done)."""
+        cdef Segment w = self.wseg
+        cdef PrefillJob *job
+        if w is None:
+            return None
+        job = <PrefillJob *>w.prefill_job
+        return (w.size, w.prepared, job is not NULL, job is not NULL and prefill_done(job))
 
     # test helpers: append/shift/ack from Python with bytes records
     def py_append(self, bytes rec):

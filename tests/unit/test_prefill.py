@@ -1,0 +1,65 @@
+"""The zeros a write segment gets ahead of its writer come from the prefill
+thread (lavinmq/_core/_prefill.pxi), not from the append that needs them."""
+import time
+
+from lavinmq._core.segment import MessageStore
+from tests.unit.records import record
+
+
+def wait_until(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.001)
+    return pred()
+
+
+def test_the_next_stretch_is_written_by_the_thread_before_the_writer_needs_it(tmp_path):
+    s = MessageStore(str(tmp_path), 8 << 20)
+    rec = record(b"x" * 200)
+    handed_out = None
+    for _ in range(20_000):
+        s.py_append(rec)
+        size, prepared, on_its_way, _ = s.prefill_state()
+        assert prepared >= size + 8        # the writer never writes where no zeros are
+        if on_its_way:
+            handed_out = (size, prepared)
+            break
+    assert handed_out is not None, "no stretch was ever handed to the thread"
+    # nothing more is appended: only the thread can finish it
+    assert wait_until(lambda: s.prefill_state()[3])
+    size, prepared = handed_out
+    # the writer takes the stretch when it gets to the end of the zeros it
+    # has, without writing any itself: they reach further than one record
+    while s.prefill_state()[1] == prepared:
+        s.py_append(rec)
+    new_size, new_prepared, _, _ = s.prefill_state()
+    assert new_prepared - prepared >= 16384
+    with open(tmp_path / "msgs.0000000001", "rb") as f:
+        f.seek(new_size + 8)
+        assert f.read(new_prepared - new_size - 8).count(0) == new_prepared - new_size - 8
+    s.close()
+
+
+def test_sealed_segments_end_at_their_data_with_stretches_on_their_way(tmp_path):
+    s = MessageStore(str(tmp_path), 1 << 20)
+    recs = [record(b"%06d" % i + b"y" * 250) for i in range(20_000)]
+    for r in recs:
+        s.py_append(r)
+    ids = s.segment_ids()
+    assert len(ids) > 3
+    s.close()
+    for seg_id in ids[:-1]:
+        with open(tmp_path / ("msgs.%010d" % seg_id), "rb") as f:
+            data = f.read()
+        # cut to its data: it ends with a record's body, not with zeros a
+        # late stretch wrote past the cut
+        assert data.endswith(b"y" * 250), seg_id
+        assert len(data) < (1 << 20) + 512
+    s = MessageStore(str(tmp_path), 1 << 20)
+    got = []
+    while (m := s.py_shift()) is not None:
+        got.append(m[1])
+    assert got == recs
+    s.close()
