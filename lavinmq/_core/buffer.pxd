@@ -57,6 +57,39 @@ cdef inline void put_le16(char *p, uint16_t v) noexcept nogil:
     memcpy(p, &v, 2)
 
 
+cdef inline void copy_short(char *dst, const char *src, Py_ssize_t n) noexcept nogil:
+    """memcpy for the few bytes of a shortstr (n <= 255). Told that bound,
+    gcc -O2 inlines memcpy as `rep movsq`, whose start-up costs more cycles
+    than a consumer tag or a routing key takes to copy with plain moves
+    (perf on a consuming broker: write_shortstr 13% of the loop, most of it
+    on that one instruction)."""
+    cdef uint64_t a, b
+    cdef uint32_t c, d
+    if n >= 8:
+        while n > 16:
+            memcpy(&a, src, 8)
+            memcpy(&b, src + 8, 8)
+            memcpy(dst, &a, 8)
+            memcpy(dst + 8, &b, 8)
+            dst += 16
+            src += 16
+            n -= 16
+        # 8 to 16 bytes left: two 8-byte moves, overlapping if need be
+        memcpy(&a, src, 8)
+        memcpy(&b, src + n - 8, 8)
+        memcpy(dst, &a, 8)
+        memcpy(dst + n - 8, &b, 8)
+    elif n >= 4:
+        memcpy(&c, src, 4)
+        memcpy(&d, src + n - 4, 4)
+        memcpy(dst, &c, 4)
+        memcpy(dst + n - 4, &d, 4)
+    else:
+        while n > 0:
+            n -= 1
+            dst[n] = src[n]
+
+
 # final and the hot writers inline, here: a delivery writes ~12 fields, and
 # as vtable calls into another module each cost more than the bytes it wrote
 @cython.final
@@ -115,7 +148,7 @@ cdef class WriteBuffer:
         if self.len + 1 + n > self.cap:
             self.grow(1 + n)
         self.buf[self.len] = <char>n
-        memcpy(self.buf + self.len + 1, data, n)
+        copy_short(self.buf + self.len + 1, data, n)
         self.len += 1 + n
         return 0
 

@@ -139,6 +139,14 @@ cdef class WriteBuffer:
                 self.cap = keep
 
     # Python-facing helpers, used by tests and the control plane
+    def py_write_shortstr(self, bytes s):
+        """Tests: write_shortstr from Python."""
+        self.write_shortstr(PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
+    def py_write_raw(self, bytes s):
+        """Tests: write_raw from Python."""
+        self.write_raw(PyBytes_AS_STRING(s), PyBytes_GET_SIZE(s))
+
     def getvalue(self):
         return PyBytes_FromStringAndSize(self.buf, self.len)
 

@@ -20,9 +20,9 @@ that is not yet safe at the destination."""
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcmp
 
-from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64, put_be32
+from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64, put_be32, copy_short
 
 from lavinmq.errors import FrameError, SyntaxError_
 
@@ -284,13 +284,13 @@ cdef class Relay:
         if pos + 1 + l + 1 > n:
             raise FrameError("truncated basic.deliver")
         self.cur_ex_len = <uint8_t>l
-        memcpy(self.cur_ex, p + pos + 1, l)
+        copy_short(self.cur_ex, p + pos + 1, l)
         pos += 1 + l
         l = <uint8_t>p[pos]
         if pos + 1 + l > n:
             raise FrameError("truncated basic.deliver")
         self.cur_rk_len = <uint8_t>l
-        memcpy(self.cur_rk, p + pos + 1, l)
+        copy_short(self.cur_rk, p + pos + 1, l)
         self.last_tag = self.cur_tag
         self.cur_skip = self.stop_after != 0 and self.cur_tag > self.stop_after
         self.phase = EXPECT_HEADER
