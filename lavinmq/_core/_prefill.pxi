@@ -90,6 +90,10 @@ cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept
     cdef PrefillJob *job
     if _pf_pid != getpid():         # first use, or a forked child: threads do not survive fork
         _pf_head = _pf_tail = NULL
+        # (nor does a lock the thread held at the fork)
+        pthread_mutex_init(&_pf_lock, NULL)
+        pthread_cond_init(&_pf_work, NULL)
+        pthread_cond_init(&_pf_done, NULL)
         if pthread_create(&t, NULL, _prefill_thread, NULL) != 0:
             return NULL
         pthread_detach(t)
