@@ -23,6 +23,10 @@ from libc.errno cimport errno, ENOENT, EINTR, EAGAIN
 from libc.stdio cimport snprintf
 from posix.fcntl cimport open as c_open, O_RDONLY, O_WRONLY, O_CREAT
 from posix.unistd cimport close as c_close, fsync, fdatasync, pread, pwrite, read as c_read, write as c_write
+from lavinmq._core.pthreads cimport (
+    pthread_t, pthread_mutex_t, pthread_cond_t, pthread_create, pthread_detach, pthread_mutex_init,
+    pthread_mutex_lock, pthread_mutex_unlock, pthread_cond_init, pthread_cond_wait, pthread_cond_signal,
+    pthread_cond_broadcast)
 
 cdef extern from "<fcntl.h>" nogil:
     enum: O_DIRECTORY
@@ -35,24 +39,6 @@ cdef extern from "<sys/eventfd.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int syncfs(int fd)
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef unsigned long pthread_t
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
-    ctypedef struct pthread_attr_t:
-        pass
-    int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *) noexcept nogil, void *arg)
-    int pthread_detach(pthread_t t)
-    int pthread_mutex_init(pthread_mutex_t *m, const void *attr)
-    int pthread_mutex_lock(pthread_mutex_t *m)
-    int pthread_mutex_unlock(pthread_mutex_t *m)
-    int pthread_cond_init(pthread_cond_t *c, const void *attr)
-    int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
-    int pthread_cond_signal(pthread_cond_t *c)
-    int pthread_cond_broadcast(pthread_cond_t *c)
 
 cdef extern from "<sys/stat.h>" nogil:
     enum: S_IRUSR
