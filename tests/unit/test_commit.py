@@ -187,12 +187,7 @@ def test_overlapping_flushes_an_earlier_one_done_keeps_its_bytes_when_a_later_on
 
 
 def test_a_torn_commit_record_leaves_the_previous_one(tmp_path, syncer, reboot):
-    q = str(tmp_path / "q")
-    s = MessageStore(q, 1 << 20, None, syncer)
-    first = [record(b"one%d" % i) for i in range(5)]
-    for r in first:
-        s.py_append(r)
-    flush(s)
+    q, s, first = committed(tmp_path, syncer)
     s.py_append(record(b"two"))
     job = flush(s)
     s.close()
