@@ -1,32 +1,28 @@
 # Included by segment.pyx: the zeros a write segment gets ahead of its
 # writer (Segment.prefill says why), written by one thread of their own
-# instead of the event loop. A stretch of 256 KiB took the loop 0.55-0.65 ms
-# (page cache allocation, 2 us a page), once per ~5,000 small messages:
-# with publishers waiting for confirms, every such stall was added to the
-# round trip of a whole window (LavinMQ's lavinmqperf -c 1000 -p: a tenth
-# of the loop's time). The job gets the stretch past the writer's reach
+# instead of the event loop. A stretch of 256 KiB took the loop 0.07-0.65 ms
+# (page cache allocation), once per ~5,000 small messages: with publishers
+# waiting for confirms, every such stall was added to the round trip of a
+# whole window (lavinmqperf -c 1000 -p: up to a tenth of the loop's time). The job gets the stretch past the writer's reach
 # (the writer waits for it before writing there, which a stretch handed out
 # half a stretch early makes rare) and an fd of its own, opened by the loop:
 # a path could name another queue's file by the time the thread got to it.
+# A stretch the thread has not started when the writer needs it is taken
+# back and written by the writer: the loop waits for one stretch at most,
+# never for the queue of them.
 
-cdef extern from "<pthread.h>" nogil:
-    ctypedef unsigned long pthread_t
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
-    int pthread_create(pthread_t *t, const void *attr, void *(*fn)(void *) noexcept nogil, void *arg)
-    int pthread_detach(pthread_t t)
-    int pthread_mutex_init(pthread_mutex_t *m, const void *attr)
-    int pthread_mutex_lock(pthread_mutex_t *m)
-    int pthread_mutex_unlock(pthread_mutex_t *m)
-    int pthread_cond_init(pthread_cond_t *c, const void *attr)
-    int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
-    int pthread_cond_broadcast(pthread_cond_t *c)
-    int pthread_cond_signal(pthread_cond_t *c)
+from posix.unistd cimport getpid
+from lavinmq._core.pthreads cimport (
+    pthread_t, pthread_mutex_t, pthread_cond_t, pthread_create, pthread_detach, pthread_mutex_init,
+    pthread_mutex_lock, pthread_mutex_unlock, pthread_cond_init, pthread_cond_wait, pthread_cond_signal,
+    pthread_cond_broadcast)
 
-cdef extern from "<unistd.h>" nogil:
-    int getpid()
+
+cdef enum:
+    JOB_QUEUED = 0
+    JOB_RUNNING = 1
+    JOB_DONE = 2
+    JOB_CANCELLED = 3       # the writer wrote the zeros itself; the thread frees the job
 
 
 cdef struct PrefillJob:
@@ -34,7 +30,7 @@ cdef struct PrefillJob:
     Py_ssize_t pos          # where the zeros start (page aligned)
     Py_ssize_t end
     Py_ssize_t reached      # written up to here when done (short: a failed write)
-    bint done
+    int state               # JOB_*, under _pf_lock
     PrefillJob *next
 
 
@@ -44,6 +40,7 @@ cdef pthread_cond_t _pf_done
 cdef PrefillJob *_pf_head = NULL
 cdef PrefillJob *_pf_tail = NULL
 cdef int _pf_pid = 0        # the process the thread runs in (0: none yet)
+cdef bint _pf_hold = False  # tests: the thread starts no job
 pthread_mutex_init(&_pf_lock, NULL)
 pthread_cond_init(&_pf_work, NULL)
 pthread_cond_init(&_pf_done, NULL)
@@ -67,24 +64,29 @@ cdef void *_prefill_thread(void *arg) noexcept nogil:
     pthread_mutex_lock(&_pf_lock)
     while True:
         job = _pf_head
-        if job is NULL:
+        if job is NULL or _pf_hold:
             pthread_cond_wait(&_pf_work, &_pf_lock)
             continue
         _pf_head = job.next
         if _pf_head is NULL:
             _pf_tail = NULL
+        if job.state == JOB_CANCELLED:
+            c_close(job.fd)
+            free(job)
+            continue
+        job.state = JOB_RUNNING
         pthread_mutex_unlock(&_pf_lock)
         job.reached = write_zeros(job.fd, job.pos, job.end)
         c_close(job.fd)
         pthread_mutex_lock(&_pf_lock)
-        job.done = True
+        job.state = JOB_DONE
         pthread_cond_broadcast(&_pf_done)
     return NULL
 
 
 cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept:
-    """Hand [pos, end) of the file to the thread; NULL when there is no
-    thread (the caller writes the zeros itself). Takes fd either way."""
+    """Hand [pos, end) of the file to the thread, which closes fd; NULL
+    when there is no thread (the caller keeps fd and writes the zeros)."""
     global _pf_pid, _pf_head, _pf_tail
     cdef pthread_t t
     cdef PrefillJob *job
@@ -116,13 +118,34 @@ cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept
 cdef bint prefill_done(PrefillJob *job) noexcept:
     cdef bint done
     pthread_mutex_lock(&_pf_lock)
-    done = job.done
+    done = job.state == JOB_DONE
     pthread_mutex_unlock(&_pf_lock)
     return done
 
 
-cdef void prefill_wait(PrefillJob *job) noexcept nogil:
+cdef bint prefill_finish(PrefillJob *job) noexcept nogil:
+    """The writer wants the job's bytes now. -> True when the thread wrote
+    them (waited for if it is writing them: one stretch at most); False
+    when it had not started, and now never will: the caller writes the
+    zeros itself rather than wait for every job queued ahead of this one
+    (1,000 queues' stretches, say), and must not touch the job again."""
+    cdef bint done
     pthread_mutex_lock(&_pf_lock)
-    while not job.done:
-        pthread_cond_wait(&_pf_done, &_pf_lock)
+    if job.state == JOB_QUEUED:
+        job.state = JOB_CANCELLED
+        done = False
+    else:
+        while job.state != JOB_DONE:
+            pthread_cond_wait(&_pf_done, &_pf_lock)
+        done = True
+    pthread_mutex_unlock(&_pf_lock)
+    return done
+
+
+def prefill_hold(bint on):
+    """Tests: while on, the prefill thread starts no job."""
+    global _pf_hold
+    pthread_mutex_lock(&_pf_lock)
+    _pf_hold = on
+    pthread_cond_broadcast(&_pf_work)
     pthread_mutex_unlock(&_pf_lock)

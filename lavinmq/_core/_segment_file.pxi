@@ -253,15 +253,19 @@ cdef class Segment:
         return 0
 
     cdef void take_prefill(self):
-        """The stretch on its way is the writer's now (waited for if need be)."""
+        """The stretch on its way is the writer's now: written by the thread
+        (waited for if it is writing it), or taken back if it had not
+        started (prepared stays; whoever needs the bytes writes them)."""
         cdef PrefillJob *job = <PrefillJob *>self.prefill_job
+        cdef bint done
         if job is NULL:
             return
-        with nogil:
-            prefill_wait(job)
-        self.prepared = _settle(job.reached, job.end, self.capacity)
         self.prefill_job = NULL
-        free(job)
+        with nogil:
+            done = prefill_finish(job)
+        if done:
+            self.prepared = _settle(job.reached, job.end, self.capacity)
+            free(job)
 
     cdef void unmap(self):
         if self.base is not NULL:

@@ -1,8 +1,9 @@
 """The zeros a write segment gets ahead of its writer come from the prefill
 thread (lavinmq/_core/_prefill.pxi), not from the append that needs them."""
+import threading
 import time
 
-from lavinmq._core.segment import MessageStore
+from lavinmq._core.segment import MessageStore, prefill_hold
 from tests.unit.records import record
 
 
@@ -62,4 +63,37 @@ def test_sealed_segments_end_at_their_data_with_stretches_on_their_way(tmp_path)
     while (m := s.py_shift()) is not None:
         got.append(m[1])
     assert got == recs
+    s.close()
+
+
+def test_a_stretch_the_thread_has_not_started_is_written_by_the_writer_not_waited_for(tmp_path):
+    s = MessageStore(str(tmp_path), 8 << 20)
+    rec = record(b"x" * 200)
+    s.py_append(rec)
+    prefill_hold(True)      # the thread busy elsewhere: jobs wait in its queue
+    t = None
+    try:
+        while not s.prefill_state()[2]:
+            s.py_append(rec)
+        _, handed_out_at, _, _ = s.prefill_state()
+        done = threading.Event()
+
+        def write_past_it():
+            while s.prefill_state()[1] == handed_out_at:
+                s.py_append(rec)
+            done.set()
+
+        t = threading.Thread(target=write_past_it)
+        t.start()
+        # waiting for the queued stretch would wait for the thread (held)
+        assert done.wait(5), "the writer waited for a stretch the thread had not started"
+        size, prepared, _, _ = s.prefill_state()
+        assert prepared >= size + 8
+    finally:
+        prefill_hold(False)
+        if t is not None:
+            t.join()
+    with open(tmp_path / "msgs.0000000001", "rb") as f:
+        f.seek(size + 8)
+        assert f.read(prepared - size - 8).count(0) == prepared - size - 8
     s.close()
