@@ -11,7 +11,7 @@
 # back and written by the writer: the loop waits for one stretch at most,
 # never for the queue of them.
 
-from posix.unistd cimport getpid
+from posix.unistd cimport getpid, sysconf, _SC_PAGESIZE
 from lavinmq._core.pthreads cimport (
     pthread_t, pthread_mutex_t, pthread_cond_t, pthread_create, pthread_detach, pthread_mutex_init,
     pthread_mutex_lock, pthread_mutex_unlock, pthread_cond_init, pthread_cond_wait, pthread_cond_signal,
@@ -46,11 +46,25 @@ pthread_cond_init(&_pf_work, NULL)
 pthread_cond_init(&_pf_done, NULL)
 
 
+# Zeros go in one page per pwrite. The page cache sizes a folio by the
+# write that creates it (ext4 has large folios since Linux 6.16), and a
+# mapped page dirties its whole folio: after one 256 KiB pwrite, every
+# fdatasync wrote the 256 KiB around the few KiB of new records (a 2 MiB
+# folio after a larger write). With -c 1000 -p that was 454 MB/s to the
+# disk for 84 MB/s of messages, and the segment's fdatasync took 0.26-0.39
+# ms where the commit file's took 0.17. With page-sized writes the
+# writeback is the dirty pages only. The calls cost the prefill thread
+# ~1 us per page.
+cdef Py_ssize_t ZERO_WRITE = sysconf(_SC_PAGESIZE)
+if ZERO_WRITE <= 0 or ZERO_WRITE > PREFILL_CHUNK:
+    ZERO_WRITE = 4096
+
+
 cdef Py_ssize_t write_zeros(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
-    """pwrite zeros over [pos, end). -> where it got to."""
+    """pwrite zeros over [pos, end), a page per call. -> where it got to."""
     cdef Py_ssize_t chunk, done
     while pos < end:
-        chunk = end - pos if end - pos < PREFILL_CHUNK else PREFILL_CHUNK
+        chunk = end - pos if end - pos < ZERO_WRITE else ZERO_WRITE
         done = pwrite(fd, ZEROS, chunk, pos)
         if done <= 0:
             break

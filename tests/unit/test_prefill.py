@@ -97,3 +97,40 @@ def test_a_stretch_the_thread_has_not_started_is_written_by_the_writer_not_waite
         f.seek(size + 8)
         assert f.read(prepared - size - 8).count(0) == prepared - size - 8
     s.close()
+
+
+def _bytes_dirtied():
+    """This process's write_bytes: the kernel adds a folio's size when one of
+    its pages goes dirty, which is what the next fdatasync writes back."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    raise AssertionError("no write_bytes in /proc/self/io")
+
+
+def test_a_record_in_the_zeros_dirties_its_pages_not_the_stretch(tmp_path):
+    # the zeros go in a page per write: one 256 KiB write made a 256 KiB
+    # folio (Linux >= 6.16 on ext4), and a record copied into any of its
+    # pages had the next fdatasync write all of it back. On a kernel without
+    # large folios this holds either way.
+    import os
+    s = MessageStore(str(tmp_path), 8 << 20)
+    rec = record(b"x" * 200)
+    while True:     # past the first stretches, which are small (16 KiB up)
+        s.py_append(rec)
+        size, prepared, on_its_way, done = s.prefill_state()
+        if on_its_way and size > 600_000:
+            break
+    assert wait_until(lambda: s.prefill_state()[3])
+    fd = os.open(tmp_path / "msgs.0000000001", os.O_RDONLY)
+    try:
+        os.fdatasync(fd)            # every page clean: the next write dirties anew
+        before = _bytes_dirtied()
+        s.py_append(rec)
+        dirtied = _bytes_dirtied() - before
+    finally:
+        os.close(fd)
+    page = os.sysconf("SC_PAGESIZE")
+    assert dirtied <= 2 * page, f"one {len(rec)}-byte record dirtied {dirtied} bytes"
+    s.close()
