@@ -46,22 +46,22 @@ pthread_cond_init(&_pf_work, NULL)
 pthread_cond_init(&_pf_done, NULL)
 
 
-# Zeros go in one page per pwrite. The page cache sizes a folio by the
-# write that creates it (ext4 has large folios since Linux 6.16), and a
-# mapped page dirties its whole folio: after one 256 KiB pwrite, every
-# fdatasync wrote the 256 KiB around the few KiB of new records (a 2 MiB
-# folio after a larger write). With -c 1000 -p that was 454 MB/s to the
-# disk for 84 MB/s of messages, and the segment's fdatasync took 0.26-0.39
-# ms where the commit file's took 0.17. With page-sized writes the
-# writeback is the dirty pages only. The calls cost the prefill thread
-# ~1 us per page.
-cdef Py_ssize_t ZERO_WRITE = sysconf(_SC_PAGESIZE)
-if ZERO_WRITE <= 0 or ZERO_WRITE > PREFILL_CHUNK:
-    ZERO_WRITE = 4096
+# Zeros go in 16 KiB per pwrite. The page cache sizes a folio by the write
+# that creates it (ext4 has large folios since Linux 6.16), and a mapped
+# page dirties its whole folio: after one 256 KiB pwrite, every fdatasync
+# wrote the 256 KiB around the few KiB of new records (2 MiB after a larger
+# write). With -c 1000 -p and a consumer that was 454 MB/s to the disk for
+# ~84 MB/s of messages. A page per write (4 KiB) cut it to 133 MB/s, but 64
+# calls per stretch cost the prefill thread enough CPU that 1p1c and acks
+# (no fsync to gain on) lost 7-8% on 2 cores; 16 KiB writes cost a quarter of
+# that and at most 12 KiB more per fdatasync.
+cdef Py_ssize_t ZERO_WRITE = 16384
+if sysconf(_SC_PAGESIZE) > ZERO_WRITE:
+    ZERO_WRITE = sysconf(_SC_PAGESIZE)
 
 
 cdef Py_ssize_t write_zeros(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
-    """pwrite zeros over [pos, end), a page per call. -> where it got to."""
+    """pwrite zeros over [pos, end), ZERO_WRITE per call. -> where it got to."""
     cdef Py_ssize_t chunk, done
     while pos < end:
         chunk = end - pos if end - pos < ZERO_WRITE else ZERO_WRITE
