@@ -29,6 +29,7 @@ cdef struct PrefillJob:
     int fd                  # the job's own; the thread closes it
     Py_ssize_t pos          # where the zeros start (page aligned)
     Py_ssize_t end
+    Py_ssize_t step         # bytes per pwrite
     Py_ssize_t reached      # written up to here when done (short: a failed write)
     int state               # JOB_*, under _pf_lock
     PrefillJob *next
@@ -46,25 +47,33 @@ pthread_cond_init(&_pf_work, NULL)
 pthread_cond_init(&_pf_done, NULL)
 
 
-# Zeros go in 16 KiB per pwrite. The page cache sizes a folio by the write
-# that creates it (ext4 has large folios since Linux 6.16), and a mapped
-# page dirties its whole folio: after one 256 KiB pwrite, every fdatasync
-# wrote the 256 KiB around the few KiB of new records (2 MiB after a larger
-# write). With -c 1000 -p and a consumer that was 454 MB/s to the disk for
-# ~84 MB/s of messages. A page per write (4 KiB) cut it to 133 MB/s, but 64
-# calls per stretch cost the prefill thread enough CPU that 1p1c and acks
-# (no fsync to gain on) lost 7-8% on 2 cores; 16 KiB writes cost a quarter of
-# that and at most 12 KiB more per fdatasync.
-cdef Py_ssize_t ZERO_WRITE = 16384
-if sysconf(_SC_PAGESIZE) > ZERO_WRITE:
-    ZERO_WRITE = sysconf(_SC_PAGESIZE)
+# How many zeros per pwrite (Segment.zero_step). The page cache sizes a
+# folio by the write that creates it (ext4 has large folios since Linux
+# 6.16), and a mapped page dirties its whole folio: after one 256 KiB pwrite
+# every fdatasync wrote the 256 KiB around the few KiB of new records. With
+# -c 1000 -p and a consumer that was 441-510 MB/s to the disk for ~84 MB/s
+# of messages. So a store whose commits come often (publisher confirms,
+# transactions) gets its zeros in 16 KiB writes: at most 12 KiB more per
+# fdatasync. The others keep one write per stretch: smaller writes cost the
+# prefill thread calls, and the kernel's writeback and reads more folios,
+# for nothing (4 KiB writes everywhere: 1p1c and acks 0.93x, 16 KiB
+# everywhere: a backlog drained with LavinMQ's client 0.90-0.94x).
+ZERO_STEP_FINE = 16384
+if sysconf(_SC_PAGESIZE) > ZERO_STEP_FINE:
+    ZERO_STEP_FINE = sysconf(_SC_PAGESIZE)
+# a commit this soon after the last one makes a store's writes fine: well
+# under lavinmq.sync.LAZY_FLUSH, which commits an idle store once a second
+FINE_WITHIN = 0.25
 
 
-cdef Py_ssize_t write_zeros(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
-    """pwrite zeros over [pos, end), ZERO_WRITE per call. -> where it got to."""
+cdef Py_ssize_t write_zeros(int fd, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t step) noexcept nogil:
+    """pwrite zeros over [pos, end), at most `step` bytes per call. -> where
+    it got to."""
     cdef Py_ssize_t chunk, done
+    if step <= 0 or step > PREFILL_CHUNK:
+        step = PREFILL_CHUNK
     while pos < end:
-        chunk = end - pos if end - pos < ZERO_WRITE else ZERO_WRITE
+        chunk = end - pos if end - pos < step else step
         done = pwrite(fd, ZEROS, chunk, pos)
         if done <= 0:
             break
@@ -90,7 +99,7 @@ cdef void *_prefill_thread(void *arg) noexcept nogil:
             continue
         job.state = JOB_RUNNING
         pthread_mutex_unlock(&_pf_lock)
-        job.reached = write_zeros(job.fd, job.pos, job.end)
+        job.reached = write_zeros(job.fd, job.pos, job.end, job.step)
         c_close(job.fd)
         pthread_mutex_lock(&_pf_lock)
         job.state = JOB_DONE
@@ -98,7 +107,7 @@ cdef void *_prefill_thread(void *arg) noexcept nogil:
     return NULL
 
 
-cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept:
+cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t step) noexcept:
     """Hand [pos, end) of the file to the thread, which closes fd; NULL
     when there is no thread (the caller keeps fd and writes the zeros)."""
     global _pf_pid, _pf_head, _pf_tail
@@ -117,7 +126,7 @@ cdef PrefillJob *prefill_submit(int fd, Py_ssize_t pos, Py_ssize_t end) noexcept
     job = <PrefillJob *>calloc(1, sizeof(PrefillJob))
     if job is NULL:
         return NULL
-    job.fd, job.pos, job.end = fd, pos, end
+    job.fd, job.pos, job.end, job.step = fd, pos, end, step
     pthread_mutex_lock(&_pf_lock)
     if _pf_tail is NULL:
         _pf_head = job

@@ -156,6 +156,7 @@ cdef class Segment:
         self.fd = -1
         self.ack_fd = -1
         self.base = NULL
+        self.zero_step = PREFILL_CHUNK
 
     def __dealloc__(self):
         self.take_prefill()
@@ -231,9 +232,9 @@ cdef class Segment:
             if fd < 0:
                 self.prepared = self.prefill_at = self.capacity
                 return 0
-            self.prefill_job = prefill_submit(fd, self.prepared, end)
+            self.prefill_job = prefill_submit(fd, self.prepared, end, self.zero_step)
             if self.prefill_job is NULL:        # no thread: now, as before
-                self.prepared = _settle(write_zeros(fd, self.prepared, end), end, self.capacity)
+                self.prepared = _settle(write_zeros(fd, self.prepared, end, self.zero_step), end, self.capacity)
                 c_close(fd)
             self.prefill_at = self.prepared
         return 0
@@ -248,7 +249,7 @@ cdef class Segment:
         if fd < 0:
             self.prepared = self.capacity
             return 0
-        self.prepared = _settle(write_zeros(fd, self.prepared, end), upto, self.capacity)
+        self.prepared = _settle(write_zeros(fd, self.prepared, end, self.zero_step), upto, self.capacity)
         c_close(fd)
         return 0
 

@@ -32,6 +32,7 @@ cdef class Segment:
         Py_ssize_t prepared     # write segment: bytes from the start backed by written blocks
         Py_ssize_t prefill_at   # the writer calls prefill() past this (<= prepared)
         void *prefill_job       # the next stretch of zeros on its way (a PrefillJob), or NULL
+        Py_ssize_t zero_step    # bytes of zeros per pwrite (_prefill.pxi says why it varies)
         readonly uint32_t msg_count
         readonly uint32_t ack_count
         bint writable
@@ -96,6 +97,8 @@ cdef class MessageStore:
         uint32_t done_seg
         Py_ssize_t done_pos
         uint64_t commit_seq     # sequence number of the next commit record
+        double last_commit_at   # monotonic time take_sync last took a commit
+        Py_ssize_t zero_step    # what its write segments get: fine while commits come often
         set acks_to_sync        # ack files written since the last flush
 
     cdef str path(self)
@@ -110,6 +113,7 @@ cdef class MessageStore:
     cdef int delete(self, SP sp) except -1
     cdef int requeue(self, SP sp) except -1
     cdef int flush_acks(self) except -1
+    cdef void pace_zeros(self)
     cdef int maybe_drop_segment(self, Segment s) except -1
     cdef int mark_for_sync(self) except -1
 

@@ -15,6 +15,7 @@ from posix.mman cimport mmap, munmap, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAI
 from posix.unistd cimport close as c_close, ftruncate, write as c_write, pwrite
 from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_WRONLY, O_APPEND, O_RDONLY, posix_fallocate
 from posix.unistd cimport unlink
+from lavinmq._core.clock cimport monotonic_s
 from cpython.exc cimport PyErr_SetFromErrno
 
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
@@ -80,6 +81,8 @@ cdef class MessageStore:
         self.segs = NO_SEGS
         self.dirty = None
         self.acks_to_sync = None        # a set once an ack is written (216 bytes an idle queue saves)
+        self.zero_step = PREFILL_CHUNK
+        self.last_commit_at = -1e9
 
     @property
     def dir(self):
@@ -210,6 +213,7 @@ cdef class MessageStore:
             PyErr_SetFromErrno(OSError)
             return -1
         s.prepared = s.prefill_at = SEGMENT_HEADER
+        s.zero_step = self.zero_step
         s.map()
         # the mapping keeps the file: no fd per queue (10k queues, 10k fds otherwise)
         c_close(s.fd)
@@ -398,10 +402,20 @@ cdef class MessageStore:
             job = (self.path(), self.commit_seq, self.done_seg, self.done_pos, ends)
             self.commit_seq += 1
             self.sync_seg, self.sync_pos = w.id, w.size
+            self.pace_zeros()
         directory = self.path() if self.sync_dir else None
         self.sync_marked = False
         self.sync_dir = False
         return files, directory, job
+
+    cdef void pace_zeros(self):
+        """A commit was taken: its write segments' zeros go in fine writes
+        while commits come often (_prefill.pxi says why)."""
+        cdef double now = monotonic_s()
+        self.zero_step = ZERO_STEP_FINE if now - self.last_commit_at < FINE_WITHIN else PREFILL_CHUNK
+        self.last_commit_at = now
+        if self.wseg is not None:
+            self.wseg.zero_step = self.zero_step
 
     def take_acks(self):
         """-> the ack files written and not yet made durable (take_sync
