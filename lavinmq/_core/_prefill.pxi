@@ -58,12 +58,12 @@ pthread_cond_init(&_pf_done, NULL)
 # prefill thread calls, and the kernel's writeback and reads more folios,
 # for nothing (4 KiB writes everywhere: 1p1c and acks 0.93x, 16 KiB
 # everywhere: a backlog drained with LavinMQ's client 0.90-0.94x).
-ZERO_STEP_FINE = 16384
+cdef Py_ssize_t ZERO_STEP_FINE = 16384
 if sysconf(_SC_PAGESIZE) > ZERO_STEP_FINE:
     ZERO_STEP_FINE = sysconf(_SC_PAGESIZE)
 # a commit this soon after the last one makes a store's writes fine: well
 # under lavinmq.sync.LAZY_FLUSH, which commits an idle store once a second
-FINE_WITHIN = 0.25
+cdef double FINE_WITHIN = 0.25
 
 
 cdef Py_ssize_t write_zeros(int fd, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t step) noexcept nogil:

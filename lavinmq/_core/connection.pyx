@@ -7,9 +7,10 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcmp, memmove, memcpy
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
+from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
+from lavinmq._core.clock cimport monotonic_s
 from lavinmq._core.channel cimport ConnState, Channel
 from lavinmq._core.flow cimport flow_forget
 from lavinmq._core.codec cimport decode_method_args, encode_method_args
@@ -27,12 +28,6 @@ cdef bytes PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 cdef enum:
     READ_BUFFER = 262144
-
-
-cdef inline double monotonic() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef inline uint64_t now_ms() noexcept nogil:
@@ -66,7 +61,7 @@ cdef class CoreConnection:
         self.channels_hi = {}
         self.channel_max = 2048
         self.frame_max = 131072
-        self.last_recv = self.last_send = monotonic()
+        self.last_recv = self.last_send = monotonic_s()
 
     def __dealloc__(self):
         free(self.rbuf)
@@ -99,7 +94,7 @@ cdef class CoreConnection:
         cdef uint64_t publishes = self.state.publishes
         self.rlen += nbytes
         self.state.recv_oct += nbytes
-        self.last_recv = monotonic()
+        self.last_recv = monotonic_s()
         try:
             self.process()
         except Exception as exc:    # nothing escapes a read callback
@@ -139,7 +134,7 @@ cdef class CoreConnection:
             wb.clear()
             return
         self.state.send_oct += wb.len
-        self.last_send = monotonic()
+        self.last_send = monotonic_s()
         wb.send(self.transport)
 
     # -- frame parsing -------------------------------------------------------
