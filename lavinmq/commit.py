@@ -44,9 +44,10 @@ removed. When no slot verifies, the newest one's segments are cut back to
 where it started (the commit it started from was complete there). A `commit` file with no valid slot belongs to a queue whose
 first commit never completed: nothing in it was confirmed.
 
-Cost. One small pwrite and one more fdatasync per queue per flush, run
-side by side with the segments' (lavinmq/sync.py), so the filesystem folds
-them into one journal commit; plus a crc32 over the bytes the flush covers,
+Cost. One small pwrite per queue per flush, and an fdatasync of its own
+only until each slot was synced once (on ext4; elsewhere every flush): after
+that the segments' fdatasync flushes the disk's cache for the slot too
+(lavinmq/_core/flusher.pyx, settled commits); plus a crc32 over the bytes the flush covers,
 read back from the page cache in the syncer's worker thread. Nothing per
 message, nothing on the event loop."""
 import os
@@ -178,8 +179,8 @@ def commit(job, sync=True):
     segments: checksum the ranges this commit covers (read back from the page
     cache) and write the store's next slot (fdatasync'ed here, or by the
     caller with sync=False). -> False if the queue is gone.
-    job = (directory, seq, first segment, start, [(segment id, end)])."""
-    directory, seq, first, start, ends = job
+    job = (directory, seq, first segment, start, [(segment id, end)][, settled])."""
+    directory, seq, first, start, ends = job[:5]
     if len(ends) > MAX_ENTRIES:
         raise OSError(f"{directory}: {len(ends)} segments in one commit, at most {MAX_ENTRIES}")
     entries = []

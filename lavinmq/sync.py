@@ -252,7 +252,7 @@ class Syncer:
     def _attach(self, loop):
         """The flusher wakes this loop through an eventfd, as a socket would."""
         self._detach()
-        self._flusher = flusher.Flusher(SYNCFS_ABOVE)
+        self._flusher = flusher.Flusher(SYNCFS_ABOVE, flusher.fdatasync_flushes_all(self.data_dir))
         self._loop = loop
         loop.add_reader(self._flusher.fileno(), self._on_rounds)
 

@@ -7,6 +7,23 @@
 # filesystem folds concurrent ones into one journal commit), or one
 # syncfs(2) of the data directory's filesystem when a round names many files.
 #
+# Settled commits. Two fdatasyncs side by side (segment, commit file) each
+# send the disk a cache flush, and the disk runs them one after the other:
+# ~300 us on this machine against ~150 us for one (benchmarks: a publisher
+# with 1,000 unconfirmed and a consumer, LavinMQ's lavinmqperf, +15%). So a
+# commit whose slot's blocks are already on the disk (a flush that
+# fdatasynced the commit file after writing that slot completed: the store
+# marks the job `settled`) is only written: sync_file_range(2) writes its
+# page to the disk and waits for the write to complete, then the round's
+# fdatasyncs run, and the cache flush each of them sends covers every
+# write completed before it (the block layer's REQ_PREFLUSH), the slot's
+# too. Nothing of the commit file's metadata changes by an overwrite, so
+# nothing else is needed. Only where that holds: ext4, with or without a
+# journal, sends that flush on every fdatasync (itself, or the journal
+# commit it waits for, whose flush goes out after the call began;
+# fdatasync_flushes_all). When the round has nothing else to fdatasync
+# (its segments are gone), the commit file gets its own.
+#
 # Why not a Python thread pool: each hop between threads there (the loop ->
 # an executor thread -> the fsync threads -> call_soon_threadsafe -> the
 # loop) waits for the GIL, which the loop holds while it parses a read
@@ -39,6 +56,17 @@ cdef extern from "<sys/eventfd.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int syncfs(int fd)
+
+cdef extern from "<fcntl.h>" nogil:
+    int sync_file_range(int fd, long long offset, long long nbytes, unsigned int flags)
+    enum: SYNC_FILE_RANGE_WAIT_BEFORE
+    enum: SYNC_FILE_RANGE_WRITE
+    enum: SYNC_FILE_RANGE_WAIT_AFTER
+
+cdef extern from "<sys/vfs.h>" nogil:
+    struct statfs_t "statfs":
+        long f_type
+    int c_statfs "statfs"(const char *path, statfs_t *buf)
 
 cdef extern from "<sys/stat.h>" nogil:
     enum: S_IRUSR
@@ -124,6 +152,7 @@ cdef struct Commit:
     uint32_t start          # where this commit begins in the first segment
     int n
     uint32_t *ends          # per segment first + k: its end, 0 = gone
+    bint settled            # its slot's blocks are on the disk already: written, not synced (below)
 
 
 cdef struct Owner:
@@ -148,6 +177,8 @@ cdef struct Round:
     int state               # 0 queued, 1 committing, 2 syncing files, 3 done
     int next_file           # next file a worker takes
     int pending             # files taken and not finished
+    int synced              # files fsynced that were there (each flushed the disk's cache)
+    int nsettled            # commits written without an fdatasync of their own
     int err                 # first errno, 0 = durable
     Round *next
 
@@ -167,9 +198,10 @@ cdef void _set_err(Round *r, int err) noexcept nogil:
         r.err = err
 
 
-cdef int _fsync_path(const char *path, bint directory) noexcept nogil:
+cdef int _fsync_path(const char *path, bint directory, int *synced) noexcept nogil:
     """-> 0 or errno; a file gone since (a segment dropped when all its
-    messages were acked, a queue deleted) has nothing left to keep."""
+    messages were acked, a queue deleted) has nothing left to keep.
+    synced[0] counts the files that were there and were synced."""
     cdef int fd, rc, e
     fd = c_open(path, O_RDONLY | O_CLOEXEC | (O_DIRECTORY if directory else 0))
     if fd < 0:
@@ -181,7 +213,41 @@ cdef int _fsync_path(const char *path, bint directory) noexcept nogil:
         rc = fdatasync(fd)
     e = errno if rc != 0 else 0
     c_close(fd)
+    if not e:
+        synced[0] += 1
     return e
+
+
+cdef int _sync_range(const char *path, unsigned int flags) noexcept nogil:
+    """sync_file_range(2) over a whole file: -> 0 or errno (gone: 0)."""
+    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
+    cdef int e = 0
+    if fd < 0:
+        e = errno
+        return 0 if e == ENOENT else e
+    if sync_file_range(fd, 0, 0, flags) != 0:
+        e = errno
+    c_close(fd)
+    return e
+
+
+cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
+    """The settled commits' slots: written to the disk and waited for
+    (wait), or fdatasynced when nothing else in the round flushed the
+    disk's cache. -> 0 or errno."""
+    cdef char path[4096]
+    cdef int i, e, err = 0, junk = 0
+    for i in range(r.ncommits):
+        if not r.commits[i].settled:
+            continue
+        snprintf(path, sizeof(path), "%s/commit", r.commits[i].dir)
+        if wait:
+            e = _sync_range(path, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
+        else:
+            e = _fsync_path(path, False, &junk)
+        if e and not err:
+            err = e
+    return err
 
 
 cdef int _range_crc(const char *path, uint64_t start, uint64_t end, uint32_t *out, uint8_t *buf) noexcept nogil:
@@ -271,17 +337,27 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
     e = errno if wrote != pos else 0
     if wrote >= 0 and wrote != pos:
         e = 5       # EIO: a short write of 1 KiB at most means something is wrong
+    if not e and c.settled:
+        sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)    # on its way while the rest is written
     c_close(fd)
     return e
 
 
 cdef int _commit_and_syncfs(Round *r, uint8_t *buf) noexcept nogil:
-    """A round's first step: its commit records, then (many files) one syncfs."""
+    """A round's first step: its commit records, then (many files) one
+    syncfs; settled commits' slots written to the disk (the module's doc)."""
     cdef int i, fd, err = 0, e
     for i in range(r.ncommits):
         e = _write_commit(&r.commits[i], r.boot, buf)
         if e and not err:
             err = e
+    if r.nsettled and not r.use_syncfs and not err:
+        # the other files' writes start now, beside the slots' (each
+        # fdatasync below then only waits for them and flushes the cache)
+        for i in range(r.nfiles):
+            if not r.is_dir[i]:
+                _sync_range(r.files[i], SYNC_FILE_RANGE_WRITE)
+        err = _settled_commits(r, r.nfiles > 0)
     if r.use_syncfs and not err:
         fd = c_open(r.anchor, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd < 0:
@@ -389,7 +465,7 @@ cdef Round *_next_task(int *file_idx) noexcept nogil:
 cdef void *_worker(void *arg) noexcept nogil:
     cdef uint8_t *buf = <uint8_t *>malloc(READ_CHUNK)
     cdef Round *r
-    cdef int idx, e
+    cdef int idx, e, synced
     pthread_mutex_lock(&_lock)
     while True:
         r = _next_task(&idx)
@@ -410,11 +486,19 @@ cdef void *_worker(void *arg) noexcept nogil:
                 for e in range(1, r.nfiles if r.nfiles < WORKERS else WORKERS):
                     pthread_cond_signal(&_work)
         else:
-            e = _fsync_path(r.files[idx], r.is_dir[idx])
+            synced = 0
+            e = _fsync_path(r.files[idx], r.is_dir[idx], &synced)
             pthread_mutex_lock(&_lock)
             _set_err(r, e)
+            r.synced += synced
             r.pending -= 1
             if r.pending == 0 and r.next_file >= r.nfiles:
+                if r.nsettled and not r.synced and not r.err:
+                    # every file was gone: nothing flushed the slots
+                    pthread_mutex_unlock(&_lock)
+                    e = _settled_commits(r, False)
+                    pthread_mutex_lock(&_lock)
+                    _set_err(r, e)
                 _finish(r)
     return NULL
 
@@ -444,7 +528,8 @@ cdef char *_cstr(object path) except NULL:
     return out
 
 
-cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes boot, int syncfs_above) except NULL:
+cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes boot, int syncfs_above,
+                   bint settle) except NULL:
     """A round from the syncer's lists (built on the loop, per flush)."""
     cdef Round *r = <Round *>calloc(1, sizeof(Round))
     cdef Commit *c
@@ -460,8 +545,9 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
         r.commits = <Commit *>calloc(max(r.ncommits, 1), sizeof(Commit))
         if r.commits is NULL:
             raise MemoryError()
+        unsettled = []
         for i, job in enumerate(jobs):
-            directory, seq, first, start, ends = job
+            directory, seq, first, start, ends = job[:5]
             if len(ends) > MAX_ENTRIES:
                 raise OSError(f"{directory}: {len(ends)} segments in one commit, at most {MAX_ENTRIES}")
             c = &r.commits[i]
@@ -477,7 +563,12 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
                 if seg_id != first + k:
                     raise ValueError("a commit's segments must follow one another")
                 c.ends[k] = end
-        all_files = list(files) + [directory + "/commit" for directory, *_ in jobs]
+            c.settled = settle and len(job) > 5 and job[5]
+            if c.settled:
+                r.nsettled += 1
+            else:
+                unsettled.append(directory + "/commit")
+        all_files = list(files) + unsettled
         r.use_syncfs = len(all_files) + len(dirs) > syncfs_above
         if not r.use_syncfs:
             r.nfiles = len(all_files) + len(dirs)
@@ -504,8 +595,9 @@ cdef class Flusher:
     cdef uint64_t last_id
     cdef uint64_t taken         # the last round handed back
     cdef public int syncfs_above
+    cdef public bint settle     # settled commits go without an fdatasync of their own
 
-    def __cinit__(self, int syncfs_above=64):
+    def __cinit__(self, int syncfs_above=64, bint settle=False):
         self.owner = <Owner *>calloc(1, sizeof(Owner))
         if self.owner is NULL:
             raise MemoryError()
@@ -515,6 +607,7 @@ cdef class Flusher:
             self.owner = NULL
             raise OSError(errno, "eventfd")
         self.syncfs_above = syncfs_above
+        self.settle = settle
 
     def __dealloc__(self):
         cdef Round *r
@@ -552,7 +645,7 @@ cdef class Flusher:
         cdef Round *r
         _start_workers()
         self.last_id += 1
-        r = _build(self.last_id, self.owner, files, dirs, jobs, anchor, boot, self.syncfs_above)
+        r = _build(self.last_id, self.owner, files, dirs, jobs, anchor, boot, self.syncfs_above, self.settle)
         with nogil:
             pthread_mutex_lock(&_lock)
             _enqueue(r)
@@ -594,10 +687,10 @@ cdef void _enqueue(Round *r) noexcept nogil:
         _queue_tail = r
 
 
-def flush_now(files, dirs, jobs, anchor, bytes boot, int syncfs_above=64):
+def flush_now(files, dirs, jobs, anchor, bytes boot, int syncfs_above=64, bint settle=False):
     """One round in the calling thread, blocking (tools, tests, shutdown
     paths without a loop): the same steps a worker runs. Raises OSError."""
-    cdef Round *r = _build(0, NULL, files, dirs, jobs, anchor, boot, syncfs_above)
+    cdef Round *r = _build(0, NULL, files, dirs, jobs, anchor, boot, syncfs_above, settle)
     cdef uint8_t *buf = <uint8_t *>malloc(READ_CHUNK)
     cdef int err = 0, e, i
     if buf is NULL:
@@ -607,13 +700,33 @@ def flush_now(files, dirs, jobs, anchor, bytes boot, int syncfs_above=64):
         err = _commit_and_syncfs(r, buf)
         if not err and not r.use_syncfs:
             for i in range(r.nfiles):
-                e = _fsync_path(r.files[i], r.is_dir[i])
+                e = _fsync_path(r.files[i], r.is_dir[i], &r.synced)
                 if e and not err:
                     err = e
+            if not err and r.nsettled and not r.synced:
+                err = _settled_commits(r, False)
         free(buf)
         _free_round(r)
     if err:
         raise OSError(err, _strerror(err))
+
+
+EXT4_SUPER_MAGIC = 0xEF53
+
+
+def fdatasync_flushes_all(path):
+    """Whether an fdatasync of any file on path's filesystem flushes the
+    disk's write cache after the call began, so that it also makes durable
+    the other files' writes that completed before it (the settled commits,
+    in the module's doc). ext4 does, with and without a journal: its
+    fdatasync either waits for a journal commit whose cache flush is sent
+    after the call began or sends one itself. Others are not relied on
+    (XFS may only wait for a log write whose flush went out earlier)."""
+    cdef statfs_t st
+    cdef bytes b = path.encode("utf-8", "surrogateescape") if isinstance(path, str) else path
+    if c_statfs(b, &st) != 0:
+        return False
+    return st.f_type == EXT4_SUPER_MAGIC
 
 
 def _strerror(int err):

@@ -97,6 +97,7 @@ cdef class MessageStore:
         uint32_t done_seg
         Py_ssize_t done_pos
         uint64_t commit_seq     # sequence number of the next commit record
+        int settled_slots       # commit file slots (bit seq % SLOTS) a completed flush fdatasynced
         double last_commit_at   # monotonic time take_sync last took a commit
         Py_ssize_t zero_step    # what its write segments get: fine while commits come often
         set acks_to_sync        # ack files written since the last flush

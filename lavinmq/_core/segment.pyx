@@ -351,6 +351,7 @@ cdef class MessageStore:
             os.unlink(commits.commit_path(self.path()))
         except FileNotFoundError:
             pass
+        self.settled_slots = 0
         fsync_dir(self.path())
 
     def _sync_segments(self):
@@ -371,6 +372,7 @@ cdef class MessageStore:
         self._sync_segments()
         commits.write_slot(self.path(), commits.Slot(self.commit_seq, commits.BOOT_ID, self.wseg.id,
                                                   self.wseg.size, []))
+        self.settled_slots |= 1 << (self.commit_seq % commits.SLOTS)
         self.commit_seq += 1
         self.sync_seg, self.sync_pos = self.done_seg, self.done_pos = self.wseg.id, self.wseg.size
         self.sync_dir = False
@@ -399,7 +401,11 @@ cdef class MessageStore:
                     ends.append((seg_id, s.size))
                 else:
                     ends.append((seg_id, 0))
-            job = (self.path(), self.commit_seq, self.done_seg, self.done_pos, ends)
+            # settled: the slot's blocks were fdatasynced by a flush that
+            # completed, so this one may go with the cache flush of the
+            # segments' fdatasync (lavinmq/_core/flusher.pyx)
+            job = (self.path(), self.commit_seq, self.done_seg, self.done_pos, ends,
+                   bool(self.settled_slots & (1 << (self.commit_seq % commits.SLOTS))))
             self.commit_seq += 1
             self.sync_seg, self.sync_pos = w.id, w.size
             self.pace_zeros()
@@ -435,6 +441,8 @@ cdef class MessageStore:
         already reach further."""
         cdef uint32_t seg = job[4][-1][0]
         cdef Py_ssize_t end = job[4][-1][1]
+        if not job[5]:
+            self.settled_slots |= 1 << (job[1] % commits.SLOTS)     # the flush fdatasynced its slot
         if end == 0:
             return      # the segment is gone (all acked): the next commit's own range says so
         if seg > self.done_seg or (seg == self.done_seg and end > self.done_pos):

@@ -322,7 +322,7 @@ class Replicator:
             os.close(fd)
 
     def _job_frames(self, out, job):
-        directory, seq, first, start, ends = job
+        directory, seq, first, start, ends = job[:5]
         rel_dir = self.rel(directory)
         for seg_id, end in ends:
             if not end:

@@ -114,3 +114,56 @@ def test_a_flusher_dropped_with_rounds_running_frees_them(tmp_path):
     other = flusher.Flusher()           # the workers still serve everyone
     rid = other.submit([], [str(tmp_path)], [], str(tmp_path), commit.BOOT_ID)
     assert wait_done(other, 1) == [(rid, 0)]
+
+
+def test_a_commit_goes_without_its_own_fdatasync_once_its_slot_was_synced(tmp_path):
+    """Settled commits (the flusher's doc): the slot a new queue's first
+    commits write is fdatasynced with them; once a flush that did so
+    completed, later commits into that slot ride on the segments' cache
+    flush. Every slot written either way is the one commit.py reads back."""
+    store = MessageStore(str(tmp_path / "q"), 4096, None, sync.Syncer(str(tmp_path)))
+    settled = []
+    for i in range(2 * commit.SLOTS + 2):
+        store.py_append(record(b"m%d" % i))
+        files, directory, job = store.take_sync()
+        settled.append(job[5])
+        flusher.flush_now(files, [directory] if directory else [], [job], str(tmp_path), commit.BOOT_ID,
+                          settle=True)
+        store.commit_done(job)
+        exists, slots = commit.read_slots(job[0])
+        assert exists and slots[0].seq == job[1] and all(end for end, _ in slots[0].entries)
+    # seq 0 (the queue's creation) was never fdatasynced alone: slots 1-3
+    # and 0 go the long way once (seqs 1-4), after that none does
+    assert settled == [False] * commit.SLOTS + [True] * (commit.SLOTS + 2)
+    store.close()
+
+
+def test_a_settled_commit_is_synced_itself_when_its_segments_are_gone(tmp_path):
+    """Nothing else in the round flushes the disk's cache: the commit file
+    gets its own fdatasync (flush_now, and the workers when every file
+    they were to sync is gone)."""
+    store = MessageStore(str(tmp_path / "q"), 4096, None, sync.Syncer(str(tmp_path)))
+    for seq in range(1, commit.SLOTS + 1):          # slots fdatasynced once
+        store.py_append(record(b"x"))
+        files, directory, job = store.take_sync()
+        flusher.flush_now(files, [directory] if directory else [], [job], str(tmp_path), commit.BOOT_ID)
+        store.commit_done(job)
+    store.py_append(record(b"y"))
+    files, _, job = store.take_sync()
+    assert job[5]
+    flusher.flush_now([], [], [job], str(tmp_path), commit.BOOT_ID, settle=True)
+    assert commit.read_slots(job[0])[1][0].seq == job[1]
+    store.py_append(record(b"z"))
+    files, _, job = store.take_sync()
+    fl = flusher.Flusher(settle=True)
+    rid = fl.submit([str(tmp_path / "gone")], [], [job], str(tmp_path), commit.BOOT_ID)
+    assert wait_done(fl, 1) == [(rid, 0)]
+    assert commit.read_slots(job[0])[1][0].seq == job[1]
+    store.close()
+
+
+def test_only_ext4_is_trusted_to_flush_for_other_files(tmp_path):
+    assert flusher.fdatasync_flushes_all("/proc") is False
+    assert flusher.fdatasync_flushes_all(str(tmp_path / "no-such-dir")) is False
+    if os.path.isdir("/dev/shm"):
+        assert flusher.fdatasync_flushes_all("/dev/shm") is False       # tmpfs
