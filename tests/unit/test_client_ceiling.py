@@ -57,7 +57,7 @@ def test_a_consumer_gets_deliveries(ceiling):
 
 def test_a_confirming_publisher_is_acked_and_the_consumer_gets_as_many(ceiling):
     port, published = ceiling(True)
-    con = perf(port, "-x", "0", "-z", "3")
+    con = perf(port, "-x", "0", "-D", "50000", "-z", "30")    # until it has them all
     time.sleep(0.5)
     pub = result(perf(port, "-y", "0", "-c", "100", "-p", "-C", "50000", "-z", "10"))
     assert pub["published"] == 50000                 # every publish confirmed: -C waits for them
