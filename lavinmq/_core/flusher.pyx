@@ -3,17 +3,18 @@
 # the GIL. A round is what one flush makes durable: the commit records of
 # the stores it covers (lavinmq/commit.py's format: checksum the bytes the
 # commit vouches for, pwrite the next slot), then an fdatasync per written
-# file and an fsync per changed directory, side by side in the workers (the
-# filesystem folds concurrent ones into one journal commit), or one
-# syncfs(2) of the data directory's filesystem when a round names many files.
+# file and an fsync per changed directory, side by side in the workers (a
+# journal folds concurrent ones into one commit, though each still sends the
+# disk a cache flush), or one syncfs(2) of the data directory's filesystem
+# when a round names many files.
 #
 # Settled commits. Two fdatasyncs side by side (segment, commit file) each
 # send the disk a cache flush, and the disk runs them one after the other:
-# ~300 us on this machine against ~150 us for one (benchmarks: a publisher
-# with 1,000 unconfirmed and a consumer, LavinMQ's lavinmqperf, +15%). So a
-# commit whose slot's blocks are already on the disk (a flush that
-# fdatasynced the commit file after writing that slot completed: the store
-# marks the job `settled`) is only written: sync_file_range(2) writes its
+# ~300 us on this machine against ~150 us for one (a publisher with 1,000
+# unconfirmed and a consumer, LavinMQ's lavinmqperf: +7-13% without). So a
+# commit whose slot's blocks, and their allocation, are already on the disk
+# (a flush that fdatasynced the commit file after writing that slot
+# completed: the store marks the job `settled`) is only written: sync_file_range(2) writes its
 # page to the disk and waits for the write to complete, then the round's
 # fdatasyncs run, and the cache flush each of them sends covers every
 # write completed before it (the block layer's REQ_PREFLUSH), the slot's
