@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 
+from lavinmq._core.codec import decode_method, encode_method_frame
+
 BLOCK = 8192
 FRAME_END = b"\xce"
 
@@ -49,30 +51,8 @@ def frame(kind, channel, payload):
     return struct.pack(">BHI", kind, channel, len(payload)) + payload + FRAME_END
 
 
-def method(channel, class_id, method_id, args=b""):
-    return frame(1, channel, struct.pack(">HH", class_id, method_id) + args)
-
-
-def shortstr(s):
-    b = s.encode() if isinstance(s, str) else s
-    return struct.pack(">B", len(b)) + b
-
-
-def longstr(s):
-    b = s.encode() if isinstance(s, str) else s
-    return struct.pack(">I", len(b)) + b
-
-
-def table(entries):
-    """A field table of booleans (the capabilities) and nested tables."""
-    out = b""
-    for key, value in entries.items():
-        out += shortstr(key)
-        if isinstance(value, dict):
-            out += b"F" + table(value)
-        else:
-            out += b"t" + struct.pack(">B", 1 if value else 0)
-    return struct.pack(">I", len(out)) + out
+def method(channel, class_id, method_id, *args):
+    return encode_method_frame(channel, class_id, method_id, args)
 
 
 def deliveries(channel, tag, queue, size):
@@ -83,8 +63,7 @@ def deliveries(channel, tag, queue, size):
     content = frame(3, channel, body)
     parts = []
     for n in range(1, BLOCK + 1):
-        args = shortstr(tag) + struct.pack(">QB", n, 0) + shortstr("") + shortstr(queue)
-        parts.append(method(channel, 60, 60, args) + header + content)
+        parts.append(method(channel, 60, 60, tag, n, False, "", queue) + header + content)
     return b"".join(parts)
 
 
@@ -127,7 +106,7 @@ def confirm_publishes(conn, channel, buf, published, delay, stop):
             if delay:
                 time.sleep(delay)
             total += n
-            conn.sendall(method(channel, 60, 80, struct.pack(">QB", total, 1)))
+            conn.sendall(method(channel, 60, 80, total, True))
             published.add(n)
         data = conn.recv(1 << 20)
         if not data:
@@ -160,34 +139,32 @@ def serve(conn, size, stop, published, delay):
     del buf[:8]         # the protocol header
     caps = {"publisher_confirms": True, "basic.nack": True, "consumer_cancel_notify": True,
             "connection.blocked": True, "per_consumer_qos": True, "exchange_exchange_bindings": True}
-    conn.sendall(method(0, 10, 10, struct.pack(">BB", 0, 9) + table({"capabilities": caps})
-                        + longstr("PLAIN") + longstr("en_US")))
+    conn.sendall(method(0, 10, 10, 0, 9, {"capabilities": caps}, b"PLAIN", b"en_US"))
     queue = "ceiling"
     while True:
         kind, channel, payload = read_frame(conn, buf)
         if kind != 1:
             continue        # heartbeats, and content a publisher would send
         class_id, method_id = struct.unpack_from(">HH", payload)
-        args = payload[4:]
+        args = decode_method(class_id, method_id, payload[4:])
         if (class_id, method_id) == (10, 11):          # start-ok
-            conn.sendall(method(0, 10, 30, struct.pack(">HIH", 2047, 131072, 0)))
+            conn.sendall(method(0, 10, 30, 2047, 131072, 0))
         elif (class_id, method_id) == (10, 31):        # tune-ok
             pass
         elif (class_id, method_id) == (10, 40):        # connection.open
-            conn.sendall(method(0, 10, 41, shortstr("")))
+            conn.sendall(method(0, 10, 41, ""))
         elif (class_id, method_id) == (10, 50):        # connection.close
             conn.sendall(method(0, 10, 51))
             return
         elif (class_id, method_id) == (20, 10):        # channel.open
-            conn.sendall(method(channel, 20, 11, longstr("")))
+            conn.sendall(method(channel, 20, 11, b""))
         elif (class_id, method_id) == (20, 40):        # channel.close
             conn.sendall(method(channel, 20, 41))
         elif (class_id, method_id) == (40, 10):        # exchange.declare
             conn.sendall(method(channel, 40, 11))
         elif (class_id, method_id) == (50, 10):        # queue.declare
-            n = args[2]
-            queue = args[3:3 + n].decode() or "ceiling"
-            conn.sendall(method(channel, 50, 11, shortstr(queue) + struct.pack(">II", 0, 0)))
+            queue = args[1] or "ceiling"
+            conn.sendall(method(channel, 50, 11, queue, 0, 0))
         elif (class_id, method_id) == (50, 20):        # queue.bind
             conn.sendall(method(channel, 50, 21))
         elif (class_id, method_id) == (60, 10):        # basic.qos
@@ -197,10 +174,8 @@ def serve(conn, size, stop, published, delay):
             confirm_publishes(conn, channel, buf, published, delay, stop)
             return
         elif (class_id, method_id) == (60, 20):        # basic.consume
-            n = args[2]
-            pos = 3 + n
-            tag = args[pos + 1:pos + 1 + args[pos]].decode() or "ctag-ceiling"
-            conn.sendall(method(channel, 60, 21, shortstr(tag)))
+            tag = args[2] or "ctag-ceiling"
+            conn.sendall(method(channel, 60, 21, tag))
             block = deliveries(channel, tag, queue, size)
             step = len(block) // BLOCK
             try:

@@ -7,10 +7,9 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcmp, memmove, memcpy
-from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
-from lavinmq._core.clock cimport monotonic_s
+from lavinmq._core.clock cimport monotonic_s, now_ms
 from lavinmq._core.channel cimport ConnState, Channel
 from lavinmq._core.flow cimport flow_forget
 from lavinmq._core.codec cimport decode_method_args, encode_method_args
@@ -28,12 +27,6 @@ cdef bytes PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 cdef enum:
     READ_BUFFER = 262144
-
-
-cdef inline uint64_t now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <uint64_t>ts.tv_sec * 1000 + <uint64_t>(ts.tv_nsec // 1000000)
 
 
 cdef extern from "malloc.h":

@@ -232,23 +232,48 @@ cdef int _sync_range(const char *path, unsigned int flags) noexcept nogil:
     return e
 
 
+cdef uint64_t _settled_written = 0     # settled slots only written (tests: settled_stats)
+cdef uint64_t _settled_alone = 0       # settled slots fdatasynced on their own
+
+
+cdef inline void _commit_path(const Commit *c, char *path, size_t size) noexcept nogil:
+    snprintf(path, size, "%s/commit", c.dir)
+
+
 cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
     """The settled commits' slots: written to the disk and waited for
     (wait), or fdatasynced when nothing else in the round flushed the
     disk's cache. -> 0 or errno."""
+    global _settled_written, _settled_alone
     cdef char path[4096]
-    cdef int i, e, err = 0, junk = 0
+    cdef int i, e, err = 0, junk = 0, n = 0
     for i in range(r.ncommits):
         if not r.commits[i].settled:
             continue
-        snprintf(path, sizeof(path), "%s/commit", r.commits[i].dir)
+        _commit_path(&r.commits[i], path, sizeof(path))
         if wait:
             e = _sync_range(path, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
         else:
             e = _fsync_path(path, False, &junk)
+        n += 1
         if e and not err:
             err = e
+    pthread_mutex_lock(&_lock)
+    if wait:
+        _settled_written += n
+    else:
+        _settled_alone += n
+    pthread_mutex_unlock(&_lock)
     return err
+
+
+def settled_stats():
+    """Tests: (settled slots only written, settled slots fdatasynced on
+    their own) since the process started."""
+    pthread_mutex_lock(&_lock)
+    out = (_settled_written, _settled_alone)
+    pthread_mutex_unlock(&_lock)
+    return out
 
 
 cdef int _range_crc(const char *path, uint64_t start, uint64_t end, uint32_t *out, uint8_t *buf) noexcept nogil:
@@ -329,7 +354,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
         pos += ENTRY_SIZE
     _le32(slot + pos, crc32_update(0, slot, pos))
     pos += 4
-    snprintf(path, sizeof(path), "%s/commit", c.dir)
+    _commit_path(c, path, sizeof(path))
     fd = c_open(path, O_WRONLY | O_CREAT | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
     if fd < 0:
         e = errno
@@ -704,8 +729,8 @@ def flush_now(files, dirs, jobs, anchor, bytes boot, int syncfs_above=64, bint s
                 e = _fsync_path(r.files[i], r.is_dir[i], &r.synced)
                 if e and not err:
                     err = e
-            if not err and r.nsettled and not r.synced:
-                err = _settled_commits(r, False)
+            if not err and r.nsettled and r.nfiles and not r.synced:
+                err = _settled_commits(r, False)    # every file gone (none: synced above)
         free(buf)
         _free_round(r)
     if err:

@@ -123,6 +123,7 @@ def test_a_commit_goes_without_its_own_fdatasync_once_its_slot_was_synced(tmp_pa
     flush. Every slot written either way is the one commit.py reads back."""
     store = MessageStore(str(tmp_path / "q"), 4096, None, sync.Syncer(str(tmp_path)))
     settled = []
+    written, alone = flusher.settled_stats()
     for i in range(2 * commit.SLOTS + 2):
         store.py_append(record(b"m%d" % i))
         files, directory, job = store.take_sync()
@@ -135,6 +136,8 @@ def test_a_commit_goes_without_its_own_fdatasync_once_its_slot_was_synced(tmp_pa
     # seq 0 (the queue's creation) was never fdatasynced alone: slots 1-3
     # and 0 go the long way once (seqs 1-4), after that none does
     assert settled == [False] * commit.SLOTS + [True] * (commit.SLOTS + 2)
+    # the settled ones were written and waited for, none fdatasynced alone
+    assert flusher.settled_stats() == (written + commit.SLOTS + 2, alone)
     store.close()
 
 
@@ -151,14 +154,18 @@ def test_a_settled_commit_is_synced_itself_when_its_segments_are_gone(tmp_path):
     store.py_append(record(b"y"))
     files, _, job = store.take_sync()
     assert job[5]
+    written, alone = flusher.settled_stats()
     flusher.flush_now([], [], [job], str(tmp_path), commit.BOOT_ID, settle=True)
     assert commit.read_slots(job[0])[1][0].seq == job[1]
+    assert flusher.settled_stats() == (written, alone + 1)
     store.py_append(record(b"z"))
     files, _, job = store.take_sync()
     fl = flusher.Flusher(settle=True)
     rid = fl.submit([str(tmp_path / "gone")], [], [job], str(tmp_path), commit.BOOT_ID)
     assert wait_done(fl, 1) == [(rid, 0)]
     assert commit.read_slots(job[0])[1][0].seq == job[1]
+    # written and waited for, then (the segment gone) fdatasynced itself
+    assert flusher.settled_stats() == (written + 1, alone + 2)
     store.close()
 
 
