@@ -49,6 +49,8 @@ from lavinmq._core.pthreads cimport (
 cdef extern from "<fcntl.h>" nogil:
     enum: O_DIRECTORY
     enum: O_CLOEXEC
+    enum: O_PATH
+    int openat(int dirfd, const char *path, int flags, ...)
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -147,7 +149,7 @@ def crc32(const uint8_t[:] data, uint32_t value=0):
 # -- rounds ----------------------------------------------------------------
 
 cdef struct Commit:
-    char *dir
+    int dirfd               # the queue's directory when the round was built, -1 gone (below)
     uint64_t seq
     uint32_t first          # segment id of ends[0]
     uint32_t start          # where this commit begins in the first segment
@@ -203,11 +205,15 @@ cdef int _fsync_path(const char *path, bint directory, int *synced) noexcept nog
     """-> 0 or errno; a file gone since (a segment dropped when all its
     messages were acked, a queue deleted) has nothing left to keep.
     synced[0] counts the files that were there and were synced."""
-    cdef int fd, rc, e
-    fd = c_open(path, O_RDONLY | O_CLOEXEC | (O_DIRECTORY if directory else 0))
+    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC | (O_DIRECTORY if directory else 0))
     if fd < 0:
-        e = errno
-        return 0 if e == ENOENT else e
+        return 0 if errno == ENOENT else errno
+    return _fsync_fd(fd, directory, synced)
+
+
+cdef int _fsync_fd(int fd, bint directory, int *synced) noexcept nogil:
+    """_fsync_path's sync of an open descriptor, which it closes."""
+    cdef int rc, e
     if directory:
         rc = fsync(fd)
     else:
@@ -222,10 +228,14 @@ cdef int _fsync_path(const char *path, bint directory, int *synced) noexcept nog
 cdef int _sync_range(const char *path, unsigned int flags) noexcept nogil:
     """sync_file_range(2) over a whole file: -> 0 or errno (gone: 0)."""
     cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
-    cdef int e = 0
     if fd < 0:
-        e = errno
-        return 0 if e == ENOENT else e
+        return 0 if errno == ENOENT else errno
+    return _sync_range_fd(fd, flags)
+
+
+cdef int _sync_range_fd(int fd, unsigned int flags) noexcept nogil:
+    """_sync_range of an open descriptor, which it closes."""
+    cdef int e = 0
     if sync_file_range(fd, 0, 0, flags) != 0:
         e = errno
     c_close(fd)
@@ -236,8 +246,14 @@ cdef uint64_t _settled_written = 0     # settled slots only written (tests: sett
 cdef uint64_t _settled_alone = 0       # settled slots fdatasynced on their own
 
 
-cdef inline void _commit_path(const Commit *c, char *path, size_t size) noexcept nogil:
-    snprintf(path, size, "%s/commit", c.dir)
+cdef inline int _open_commit(const Commit *c, int flags) noexcept nogil:
+    """The commit file of the directory the store had when the round was
+    built. By its descriptor, not its path: a queue deleted and declared
+    again gets a directory of the same name, and a round of the old store
+    still in flight must not write its slot into the new queue's file (a
+    deleted directory takes no new files: ENOENT). Not called for a
+    commit whose directory was gone when the round was built (dirfd -1)."""
+    return openat(c.dirfd, "commit", flags | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
 
 
 cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
@@ -245,16 +261,17 @@ cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
     (wait), or fdatasynced when nothing else in the round flushed the
     disk's cache. -> 0 or errno."""
     global _settled_written, _settled_alone
-    cdef char path[4096]
-    cdef int i, e, err = 0, junk = 0, n = 0
+    cdef int i, e, fd, err = 0, junk = 0, n = 0
     for i in range(r.ncommits):
-        if not r.commits[i].settled:
+        if not r.commits[i].settled or r.commits[i].dirfd < 0:
             continue
-        _commit_path(&r.commits[i], path, sizeof(path))
-        if wait:
-            e = _sync_range(path, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
+        fd = _open_commit(&r.commits[i], O_RDONLY)
+        if fd < 0:
+            e = 0 if errno == ENOENT else errno
+        elif wait:
+            e = _sync_range_fd(fd, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
         else:
-            e = _fsync_path(path, False, &junk)
+            e = _fsync_fd(fd, False, &junk)
         n += 1
         if e and not err:
             err = e
@@ -276,9 +293,10 @@ def settled_stats():
     return out
 
 
-cdef int _range_crc(const char *path, uint64_t start, uint64_t end, uint32_t *out, uint8_t *buf) noexcept nogil:
+cdef int _range_crc(int dirfd, const char *name, uint64_t start, uint64_t end, uint32_t *out,
+                    uint8_t *buf) noexcept nogil:
     """crc32 of bytes [start, end) of a file: 1 done, 0 gone or short."""
-    cdef int fd = c_open(path, O_RDONLY | O_CLOEXEC)
+    cdef int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC)
     cdef Py_ssize_t got
     cdef uint64_t pos = start, want
     cdef uint32_t crc = 0
@@ -322,11 +340,13 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
     """Checksum what the commit covers and write its slot (not synced: the
     round fdatasyncs the file with the segments). -> 0 or errno."""
     cdef uint8_t slot[SLOT_SPACING]
-    cdef char path[4096]
+    cdef char name[32]
     cdef Py_ssize_t pos
     cdef int k, fd, e
     cdef uint32_t crc, cut_back
     cdef Py_ssize_t wrote
+    if c.dirfd < 0:
+        return 0        # the queue was deleted before the round was built
     memcpy(slot, b"LMQC", 4)
     _le16(slot + 4, COMMIT_VERSION)
     _le16(slot + 6, <uint16_t>c.n)
@@ -341,8 +361,8 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
             # from where this commit began in its first segment, else from
             # byte 0 (the segment's header too), as commit.crc_from says
             cut_back = c.start if k == 0 else SEGMENT_HEADER
-            snprintf(path, sizeof(path), "%s/msgs.%010u", c.dir, c.first + k)
-            if _range_crc(path, 0 if cut_back == SEGMENT_HEADER else cut_back, c.ends[k], &crc, buf):
+            snprintf(name, sizeof(name), "msgs.%010u", c.first + k)
+            if _range_crc(c.dirfd, name, 0 if cut_back == SEGMENT_HEADER else cut_back, c.ends[k], &crc, buf):
                 _le32(slot + pos, c.ends[k])
                 _le32(slot + pos + 4, crc)
             else:
@@ -354,8 +374,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
         pos += ENTRY_SIZE
     _le32(slot + pos, crc32_update(0, slot, pos))
     pos += 4
-    _commit_path(c, path, sizeof(path))
-    fd = c_open(path, O_WRONLY | O_CREAT | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
+    fd = _open_commit(c, O_WRONLY | O_CREAT)
     if fd < 0:
         e = errno
         return 0 if e == ENOENT else e      # the queue was deleted meanwhile
@@ -402,8 +421,9 @@ cdef void _free_round(Round *r) noexcept nogil:
     free(r.files)
     free(r.is_dir)
     for i in range(r.ncommits):
-        free(r.commits[i].dir)
         free(r.commits[i].ends)
+        if r.commits[i].dirfd >= 0:
+            c_close(r.commits[i].dirfd)
     free(r.commits)
     free(r.anchor)
     free(r)
@@ -567,17 +587,22 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
         r.owner = owner
         r.anchor = _cstr(anchor)
         memcpy(r.boot, <const char *>boot, 16)
-        r.ncommits = len(jobs)
-        r.commits = <Commit *>calloc(max(r.ncommits, 1), sizeof(Commit))
+        r.commits = <Commit *>calloc(max(len(jobs), 1), sizeof(Commit))
         if r.commits is NULL:
             raise MemoryError()
+        r.ncommits = len(jobs)
+        for i in range(r.ncommits):
+            r.commits[i].dirfd = -1
         unsettled = []
         for i, job in enumerate(jobs):
             directory, seq, first, start, ends = job[:5]
             if len(ends) > MAX_ENTRIES:
                 raise OSError(f"{directory}: {len(ends)} segments in one commit, at most {MAX_ENTRIES}")
             c = &r.commits[i]
-            c.dir = _cstr(directory)
+            # opened here, on the loop, while the store is the directory's
+            # (_open_commit): one open per queue per flush
+            d = directory if isinstance(directory, bytes) else directory.encode("utf-8", "surrogateescape")
+            c.dirfd = c_open(<bytes>d, O_PATH | O_DIRECTORY | O_CLOEXEC)
             c.seq = seq
             c.first = first
             c.start = start

@@ -4,6 +4,7 @@ is byte for byte the one lavinmq/commit.py writes, and rounds come back in
 the order they were submitted, with the errno of what failed."""
 import os
 import select
+import shutil
 import time
 import zlib
 
@@ -174,3 +175,35 @@ def test_only_ext4_is_trusted_to_flush_for_other_files(tmp_path):
     assert flusher.fdatasync_flushes_all(str(tmp_path / "no-such-dir")) is False
     if os.path.isdir("/dev/shm"):
         assert flusher.fdatasync_flushes_all("/dev/shm") is False       # tmpfs
+
+
+def test_a_round_of_a_deleted_queue_leaves_its_successor_alone(tmp_path):
+    """A queue deleted and declared again gets a directory of the same
+    name. A flush of the old store still queued must not write its slot
+    into the new queue's commit file: that slot, newer than the new
+    queue's own, would judge the new queue's segments after a power cut."""
+    directory = str(tmp_path / "q")
+    old = MessageStore(directory, 4096, None, sync.Syncer(str(tmp_path)))
+    for i in range(3 * commit.SLOTS):
+        old.py_append(record(b"old %d" % i))
+        files, _, job = old.take_sync()
+        if i < 3 * commit.SLOTS - 1:
+            flusher.flush_now(files, [], [job], str(tmp_path), commit.BOOT_ID)
+            old.commit_done(job)
+    fl = flusher.Flusher()
+    flusher.gate(0)                         # the round is built, not started
+    try:
+        rid = fl.submit(files, [], [job], str(tmp_path), commit.BOOT_ID)
+        old.close()
+        shutil.rmtree(directory)            # deleted, and declared again
+        new = MessageStore(directory, 4096, None, sync.Syncer(str(tmp_path)))
+        new.py_append(record(b"new"))
+    finally:
+        flusher.gate(-1)
+    assert wait_done(fl, 1) == [(rid, 0)]
+    exists, slots = commit.read_slots(directory)
+    assert exists and [slot.seq for slot in slots] == [0]      # the new store's creation only
+    files, _, job = new.take_sync()
+    flusher.flush_now(files, [], [job], str(tmp_path), commit.BOOT_ID)
+    assert [slot.seq for slot in commit.read_slots(directory)[1]] == [1, 0]
+    new.close()
