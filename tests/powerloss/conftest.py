@@ -5,11 +5,12 @@ import os
 
 import pytest
 
-from tests.powerloss.mount import ForgetMount, unavailable_reason
+from tests.powerloss.mount import ForgetMount, loop_unavailable_reason, unavailable_reason
 
 
-def require_fuse():
-    reason = unavailable_reason()
+def require_fuse(loop=False):
+    """loop: also loop devices and e2fsprogs (mount.Ext4OnForget)."""
+    reason = loop_unavailable_reason() if loop else unavailable_reason()
     if reason is not None:
         if os.environ.get("CI"):
             pytest.fail(f"ForgetFS cannot run: {reason}")
