@@ -149,7 +149,8 @@ def crc32(const uint8_t[:] data, uint32_t value=0):
 # -- rounds ----------------------------------------------------------------
 
 cdef struct Commit:
-    int dirfd               # the queue's directory when the round was built, -1 gone (below)
+    int dirfd               # the queue's directory when the round was built (_open_in)
+    char *dir               # its path, only where no descriptor could be had (DIR_BY_PATH)
     uint64_t seq
     uint32_t first          # segment id of ends[0]
     uint32_t start          # where this commit begins in the first segment
@@ -246,14 +247,23 @@ cdef uint64_t _settled_written = 0     # settled slots only written (tests: sett
 cdef uint64_t _settled_alone = 0       # settled slots fdatasynced on their own
 
 
-cdef inline int _open_commit(const Commit *c, int flags) noexcept nogil:
-    """The commit file of the directory the store had when the round was
-    built. By its descriptor, not its path: a queue deleted and declared
-    again gets a directory of the same name, and a round of the old store
-    still in flight must not write its slot into the new queue's file (a
-    deleted directory takes no new files: ENOENT). Not called for a
-    commit whose directory was gone when the round was built (dirfd -1)."""
-    return openat(c.dirfd, "commit", flags | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
+cdef enum:
+    DIR_GONE = -1           # the directory was gone when the round was built: nothing to write
+    DIR_BY_PATH = -2        # no descriptor (out of them): by path, as before
+
+
+cdef int _open_in(const Commit *c, const char *name, int flags) noexcept nogil:
+    """A file of the directory the store had when the round was built. By
+    its descriptor, not its path: a queue deleted and declared again gets a
+    directory of the same name, and a round of the old store still in
+    flight must not write its slot into the new queue's commit file (a
+    deleted directory takes no new files: ENOENT). Out of descriptors the
+    round goes by path: the commit must be written, the race is rare."""
+    cdef char path[4096]
+    if c.dirfd >= 0:
+        return openat(c.dirfd, name, flags | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
+    snprintf(path, sizeof(path), "%s/%s", c.dir, name)
+    return c_open(path, flags | O_CLOEXEC, S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH)
 
 
 cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
@@ -263,9 +273,9 @@ cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
     global _settled_written, _settled_alone
     cdef int i, e, fd, err = 0, junk = 0, n = 0
     for i in range(r.ncommits):
-        if not r.commits[i].settled or r.commits[i].dirfd < 0:
+        if not r.commits[i].settled or r.commits[i].dirfd == DIR_GONE:
             continue
-        fd = _open_commit(&r.commits[i], O_RDONLY)
+        fd = _open_in(&r.commits[i], "commit", O_RDONLY)
         if fd < 0:
             e = 0 if errno == ENOENT else errno
         elif wait:
@@ -293,10 +303,10 @@ def settled_stats():
     return out
 
 
-cdef int _range_crc(int dirfd, const char *name, uint64_t start, uint64_t end, uint32_t *out,
+cdef int _range_crc(const Commit *c, const char *name, uint64_t start, uint64_t end, uint32_t *out,
                     uint8_t *buf) noexcept nogil:
     """crc32 of bytes [start, end) of a file: 1 done, 0 gone or short."""
-    cdef int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC)
+    cdef int fd = _open_in(c, name, O_RDONLY)
     cdef Py_ssize_t got
     cdef uint64_t pos = start, want
     cdef uint32_t crc = 0
@@ -345,7 +355,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
     cdef int k, fd, e
     cdef uint32_t crc, cut_back
     cdef Py_ssize_t wrote
-    if c.dirfd < 0:
+    if c.dirfd == DIR_GONE:
         return 0        # the queue was deleted before the round was built
     memcpy(slot, b"LMQC", 4)
     _le16(slot + 4, COMMIT_VERSION)
@@ -362,7 +372,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
             # byte 0 (the segment's header too), as commit.crc_from says
             cut_back = c.start if k == 0 else SEGMENT_HEADER
             snprintf(name, sizeof(name), "msgs.%010u", c.first + k)
-            if _range_crc(c.dirfd, name, 0 if cut_back == SEGMENT_HEADER else cut_back, c.ends[k], &crc, buf):
+            if _range_crc(c, name, 0 if cut_back == SEGMENT_HEADER else cut_back, c.ends[k], &crc, buf):
                 _le32(slot + pos, c.ends[k])
                 _le32(slot + pos + 4, crc)
             else:
@@ -374,7 +384,7 @@ cdef int _write_commit(Commit *c, const uint8_t *boot, uint8_t *buf) noexcept no
         pos += ENTRY_SIZE
     _le32(slot + pos, crc32_update(0, slot, pos))
     pos += 4
-    fd = _open_commit(c, O_WRONLY | O_CREAT)
+    fd = _open_in(c, "commit", O_WRONLY | O_CREAT)
     if fd < 0:
         e = errno
         return 0 if e == ENOENT else e      # the queue was deleted meanwhile
@@ -424,6 +434,7 @@ cdef void _free_round(Round *r) noexcept nogil:
         free(r.commits[i].ends)
         if r.commits[i].dirfd >= 0:
             c_close(r.commits[i].dirfd)
+        free(r.commits[i].dir)
     free(r.commits)
     free(r.anchor)
     free(r)
@@ -592,7 +603,7 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
             raise MemoryError()
         r.ncommits = len(jobs)
         for i in range(r.ncommits):
-            r.commits[i].dirfd = -1
+            r.commits[i].dirfd = DIR_GONE
         unsettled = []
         for i, job in enumerate(jobs):
             directory, seq, first, start, ends = job[:5]
@@ -600,9 +611,15 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
                 raise OSError(f"{directory}: {len(ends)} segments in one commit, at most {MAX_ENTRIES}")
             c = &r.commits[i]
             # opened here, on the loop, while the store is the directory's
-            # (_open_commit): one open per queue per flush
+            # (_open_in): one open per queue per flush
             d = directory if isinstance(directory, bytes) else directory.encode("utf-8", "surrogateescape")
             c.dirfd = c_open(<bytes>d, O_PATH | O_DIRECTORY | O_CLOEXEC)
+            if c.dirfd < 0:
+                if errno == ENOENT:
+                    c.dirfd = DIR_GONE
+                else:
+                    c.dirfd = DIR_BY_PATH
+                    c.dir = _cstr(d)
             c.seq = seq
             c.first = first
             c.start = start

@@ -207,3 +207,17 @@ def test_a_round_of_a_deleted_queue_leaves_its_successor_alone(tmp_path):
     flusher.flush_now(files, [], [job], str(tmp_path), commit.BOOT_ID)
     assert [slot.seq for slot in commit.read_slots(directory)[1]] == [1, 0]
     new.close()
+
+
+def test_a_commit_whose_directory_cannot_be_opened_is_not_skipped(tmp_path):
+    """Only a directory that is gone (ENOENT) means a deleted queue with
+    nothing to write. Any other failure to open it (out of descriptors,
+    here: not a directory) goes the old way, by path, and what fails there
+    fails the round: a confirm must not go out without its commit."""
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"")
+    # settled: no fdatasync of the commit file by path would catch it either
+    job = (str(not_a_dir), 5, 1, commit.SEGMENT_HEADER, [(1, 100)], True)
+    with pytest.raises(OSError) as err:
+        flusher.flush_now([], [], [job], str(tmp_path), commit.BOOT_ID, settle=True)
+    assert err.value.errno == 20        # ENOTDIR, from the commit file's open by path
