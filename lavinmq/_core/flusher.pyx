@@ -249,7 +249,19 @@ cdef uint64_t _settled_alone = 0       # settled slots fdatasynced on their own
 
 cdef enum:
     DIR_GONE = -1           # the directory was gone when the round was built: nothing to write
-    DIR_BY_PATH = -2        # no descriptor (out of them): by path, as before
+    DIR_BY_PATH = -2        # no descriptor (past the budget, or out of them): by path, as before
+    DIR_FD_BUDGET = 256     # directory descriptors held by rounds in flight, at most
+
+# The rounds' directory descriptors, counted across threads: a round is
+# freed on the loop or, its Flusher gone, in a worker. A round that names
+# thousands of queues (a fan-out) must not take as many descriptors, which
+# the listener counts on for connections: past the budget it goes by path.
+cdef extern from *:
+    """
+    static long lmq_dirfds = 0;
+    static inline long lmq_dirfds_add(long n) { return __atomic_add_fetch(&lmq_dirfds, n, __ATOMIC_RELAXED); }
+    """
+    long lmq_dirfds_add(long n) nogil
 
 
 cdef int _open_in(const Commit *c, const char *name, int flags) noexcept nogil:
@@ -292,6 +304,11 @@ cdef int _settled_commits(Round *r, bint wait) noexcept nogil:
         _settled_alone += n
     pthread_mutex_unlock(&_lock)
     return err
+
+
+def dir_fds():
+    """Tests: directory descriptors held by rounds now."""
+    return lmq_dirfds_add(0)
 
 
 def settled_stats():
@@ -434,6 +451,7 @@ cdef void _free_round(Round *r) noexcept nogil:
         free(r.commits[i].ends)
         if r.commits[i].dirfd >= 0:
             c_close(r.commits[i].dirfd)
+            lmq_dirfds_add(-1)
         free(r.commits[i].dir)
     free(r.commits)
     free(r.anchor)
@@ -613,13 +631,17 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
             # opened here, on the loop, while the store is the directory's
             # (_open_in): one open per queue per flush
             d = directory if isinstance(directory, bytes) else directory.encode("utf-8", "surrogateescape")
-            c.dirfd = c_open(<bytes>d, O_PATH | O_DIRECTORY | O_CLOEXEC)
-            if c.dirfd < 0:
-                if errno == ENOENT:
-                    c.dirfd = DIR_GONE
-                else:
-                    c.dirfd = DIR_BY_PATH
-                    c.dir = _cstr(d)
+            if lmq_dirfds_add(1) <= DIR_FD_BUDGET:
+                c.dirfd = c_open(<bytes>d, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                if c.dirfd < 0:
+                    e = errno
+                    lmq_dirfds_add(-1)
+                    c.dirfd = DIR_GONE if e == ENOENT else DIR_BY_PATH
+            else:
+                lmq_dirfds_add(-1)
+                c.dirfd = DIR_BY_PATH
+            if c.dirfd == DIR_BY_PATH:
+                c.dir = _cstr(d)
             c.seq = seq
             c.first = first
             c.start = start

@@ -221,3 +221,26 @@ def test_a_commit_whose_directory_cannot_be_opened_is_not_skipped(tmp_path):
     with pytest.raises(OSError) as err:
         flusher.flush_now([], [], [job], str(tmp_path), commit.BOOT_ID, settle=True)
     assert err.value.errno == 20        # ENOTDIR, from the commit file's open by path
+
+
+def test_a_round_of_many_queues_holds_a_bounded_number_of_descriptors(tmp_path):
+    """Directory descriptors (the deleted-queue test above) up to a budget
+    across the rounds in flight; past it a commit goes by path. Every slot
+    is written either way, and the descriptors go with the round."""
+    dirs = []
+    for i in range(300):
+        d = tmp_path / f"q{i}"
+        d.mkdir()
+        dirs.append(str(d))
+    jobs = [(d, 1, 1, commit.SEGMENT_HEADER, [(1, 0)]) for d in dirs]
+    fl = flusher.Flusher()
+    before = flusher.dir_fds()
+    flusher.gate(0)
+    try:
+        rid = fl.submit([], [], jobs, str(tmp_path), commit.BOOT_ID)
+        assert flusher.dir_fds() == 256
+    finally:
+        flusher.gate(-1)
+    assert wait_done(fl, 1) == [(rid, 0)]
+    assert flusher.dir_fds() == before == 0
+    assert all(commit.read_slots(d)[1][0].seq == 1 for d in dirs)
