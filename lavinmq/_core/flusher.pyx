@@ -630,7 +630,7 @@ cdef Round *_build(uint64_t rid, Owner *owner, files, dirs, jobs, anchor, bytes 
             c = &r.commits[i]
             # opened here, on the loop, while the store is the directory's
             # (_open_in): one open per queue per flush
-            d = directory if isinstance(directory, bytes) else directory.encode("utf-8", "surrogateescape")
+            d = directory.encode("utf-8", "surrogateescape")
             if lmq_dirfds_add(1) <= DIR_FD_BUDGET:
                 c.dirfd = c_open(<bytes>d, O_PATH | O_DIRECTORY | O_CLOEXEC)
                 if c.dirfd < 0:

@@ -4,6 +4,7 @@ directory)."""
 import ctypes
 import ctypes.util
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -124,7 +125,7 @@ def loop_unavailable_reason():
     if not os.path.exists("/dev/loop-control"):
         return "no loop devices (/dev/loop-control)"
     for tool in ("losetup", "mkfs.ext4", "e2fsck"):
-        if not any(os.access(os.path.join(d, tool), os.X_OK) for d in ("/sbin", "/usr/sbin", "/bin", "/usr/bin")):
+        if shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
             return f"{tool} is not installed"
     return None
 

@@ -175,6 +175,23 @@ def test_only_ext4_is_trusted_to_flush_for_other_files(tmp_path):
     assert flusher.fdatasync_flushes_all(str(tmp_path / "no-such-dir")) is False
     if os.path.isdir("/dev/shm"):
         assert flusher.fdatasync_flushes_all("/dev/shm") is False       # tmpfs
+    # and ext4 is: the kernel's word for the test directory's filesystem
+    # (an always-False check would turn settled commits off unnoticed)
+    assert flusher.fdatasync_flushes_all(str(tmp_path)) is (fs_type(tmp_path) == "ext4")
+
+
+def fs_type(path):
+    """The type of the filesystem path is on, from /proc/self/mountinfo."""
+    path, best, kind = os.path.realpath(path), "", None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            mount_point = fields[4]
+            fstype = fields[fields.index("-") + 1]
+            inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) >= len(best):
+                best, kind = mount_point, fstype
+    return kind
 
 
 def test_a_round_of_a_deleted_queue_leaves_its_successor_alone(tmp_path):
