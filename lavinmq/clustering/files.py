@@ -12,11 +12,20 @@ the mmap): its size here is the end of its last record, which the leader
 asks its stores for, so a follower holds just the records, and a follower
 that led before (its segment still preallocated) keeps its file when the
 records match, cut to the leader's size."""
+import ctypes
+import ctypes.util
 import hashlib
+import logging
 import os
 import stat
+import threading
 
-OWN_FILES = {".lock", ".clustering_id", ".clustering_syncing", "lavinmqctl.sock"}
+from lavinmq.sync import fsync_dir
+
+log = logging.getLogger("lavinmq.clustering.files")
+
+CHECKSUMS = ".clustering_checksums"
+OWN_FILES = {".lock", ".clustering_id", ".clustering_syncing", "lavinmqctl.sock", CHECKSUMS}
 PRIVATE = {"users.json"}        # password hashes: the owner only, as the leader writes it
 SYNCING_MARKER = ".clustering_syncing"
 HASH_CHUNK = 1024 * 1024
@@ -97,10 +106,23 @@ def sha1_of(path, size):
 class ChecksumCache:
     """sha1s of files that have not changed since they were hashed, by
     (inode, size, mtime). A commit file is rewritten in place at its size,
-    so it is always hashed again (it is small)."""
+    so it is always hashed again (it is small).
+
+    One per node, for as long as the process lives, whatever its role: a
+    follower's hashes serve it as a leader after a failover and the other
+    way round. A clean stop (and a fenced leader's restart) saves it in the
+    data directory; the next start takes it in and deletes the file, so a
+    start after a crash hashes everything again. Without it every node of
+    a cluster hashed its whole data directory after each failover, as
+    LavinMQ's nodes do not (they keep checksums.sha1)."""
+
+    HEADER = b"lavinmq-checksums 1\n"
 
     def __init__(self):
         self.entries = {}
+        self.lock = threading.Lock()     # the loop's saves against a worker thread's listing
+        self.hashed_files = 0            # counters, for the syncs' log lines
+        self.hashed_bytes = 0
 
     def digest(self, rel, path, st, size):
         key = (st.st_ino, size, st.st_mtime_ns, st.st_size)
@@ -108,14 +130,95 @@ class ChecksumCache:
         if hit is not None and hit[0] == key and not rel.endswith("/commit"):
             return hit[1]
         digest = sha1_of(path, size)
+        self.hashed_files += 1
+        self.hashed_bytes += size
         if digest is not None:
-            self.entries[rel] = (key, digest)
+            with self.lock:
+                self.entries[rel] = (key, digest)
         return digest
 
+    def cut(self, rel, path, size):
+        """The file was just cut to size, which leaves its first size bytes
+        as they were hashed: the digest stays valid under the new stat."""
+        hit = self.entries.get(rel)
+        if hit is None or hit[0][1] != size:
+            return
+        st = os.stat(path)
+        with self.lock:
+            self.entries[rel] = ((st.st_ino, size, st.st_mtime_ns, st.st_size), hit[1])
+
     def forget_missing(self, seen):
-        for rel in list(self.entries):
-            if rel not in seen:
+        with self.lock:
+            for rel in [rel for rel in self.entries if rel not in seen]:
                 del self.entries[rel]
+
+    def save(self, data_dir):
+        """Write the cache into the data directory, after the files it
+        vouches for are on disk (syncfs): a power cut after the save must
+        not leave a file whose key matches and whose bytes went back."""
+        with self.lock:
+            entries = list(self.entries.items())
+        path = os.path.join(data_dir, CHECKSUMS)
+        try:
+            syncfs(data_dir)
+            with open(path + ".tmp", "wb") as f:
+                f.write(self.HEADER)
+                for rel, ((ino, size, mtime_ns, st_size), digest) in entries:
+                    f.write(b"%s %d %d %d %d %s\n" % (digest.hex().encode(), ino, size, mtime_ns, st_size,
+                                                     os.fsencode(rel)))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+            fsync_dir(data_dir)
+        except OSError as exc:
+            log.warning("cannot save the checksums of the data directory: %s", exc)
+            return
+        log.info("saved %d checksums of the data directory", len(entries))
+
+    @classmethod
+    def restore(cls, data_dir):
+        """-> the cache a clean stop saved, or an empty one. The file is
+        deleted: it vouches only for the stop that wrote it."""
+        cache = cls()
+        path = os.path.join(data_dir, CHECKSUMS)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            os.unlink(path)
+            fsync_dir(data_dir)
+        except FileNotFoundError:
+            return cache
+        except OSError as exc:
+            log.warning("cannot take in the saved checksums: %s", exc)
+            return cache
+        try:
+            if not data.startswith(cls.HEADER):
+                raise ValueError("not a checksums file")
+            for line in data[len(cls.HEADER):].splitlines():
+                digest, ino, size, mtime_ns, st_size, rel = line.split(b" ", 5)
+                if len(digest) != 40:
+                    raise ValueError("bad digest")
+                cache.entries[os.fsdecode(rel)] = ((int(ino), int(size), int(mtime_ns), int(st_size)),
+                                                   bytes.fromhex(digest.decode()))
+        except ValueError as exc:
+            log.warning("%s: %s; every file is hashed again", path, exc)
+            cache.entries.clear()
+            return cache
+        log.info("took in %d checksums saved by the last stop", len(cache.entries))
+        return cache
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def syncfs(path):
+    """Everything written to path's filesystem, on disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), "syncfs failed")
+    finally:
+        os.close(fd)
 
 
 def listing(data_dir, logical_sizes, cache):

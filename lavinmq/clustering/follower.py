@@ -14,8 +14,6 @@ the new one, so the marker file .clustering_syncing says so from the first
 change until the sync is complete and on disk, and a node with the marker
 does not campaign: an interrupted sync never leads.
 """
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -28,8 +26,6 @@ from lavinmq import commit as commits
 from lavinmq import sockopts
 from lavinmq.clustering import files, protocol
 from lavinmq.sync import flush_files, fsync_dir
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 log = logging.getLogger("lavinmq.clustering.follower")
 
@@ -49,15 +45,6 @@ def marker_path(data_dir):
     return os.path.join(data_dir, files.SYNCING_MARKER)
 
 
-def syncfs(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _libc.syncfs(fd) != 0:
-            raise OSError("syncfs failed")
-    finally:
-        os.close(fd)
-
-
 def is_syncing(data_dir):
     """An interrupted sync left the data directory half old, half new."""
     return os.path.exists(marker_path(data_dir))
@@ -65,7 +52,7 @@ def is_syncing(data_dir):
 
 class ReplicationClient:
     def __init__(self, data_dir, node_id, secret, host, port, local_addr=None, on_synced=None, on_refused=None,
-                 uri="", keepalive=None):
+                 uri="", keepalive=None, cache=None):
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.secret = secret
@@ -96,7 +83,7 @@ class ReplicationClient:
         self._acker = None
         self._listing = None                # a full sync's listing as it comes
         self._alive_at = 0.0
-        self.cache = files.ChecksumCache()
+        self.cache = cache if cache is not None else files.ChecksumCache()     # the node's
 
     # -- life ------------------------------------------------------------------------------
 
@@ -403,7 +390,9 @@ class ReplicationClient:
         for rel in wanted:
             files.safe_rel(rel)
         requests = []
+        hashed = self.cache.hashed_files, self.cache.hashed_bytes
         local = {rel: (path, st) for rel, path, st in files.walk(self.data_dir)}
+        self.cache.forget_missing(local)        # the node's cache holds only files that are there
         for rel, (path, st) in local.items():
             if rel not in wanted:
                 os.unlink(path)
@@ -415,6 +404,7 @@ class ReplicationClient:
                     self.cache.digest(rel, have[0], have[1], size) == digest:
                 if have[1].st_size > size:
                     os.truncate(have[0], size)
+                    self.cache.cut(rel, have[0], size)
                     self._touched.add(rel)
                 continue
             requests.append(rel)
@@ -422,8 +412,9 @@ class ReplicationClient:
         for f in protocol.request_frames(requests):
             self._send(f)
         self._send(protocol.frame(protocol.REQUEST_END, b""))
-        log.info("sync pass %d from %s:%d: %d files listed, %d to fetch", pass_no, self.host, self.port,
-                 len(wanted), len(requests))
+        log.info("sync pass %d from %s:%d: %d files listed, %d to fetch, %d hashed (%d bytes)", pass_no,
+                 self.host, self.port, len(wanted), len(requests), self.cache.hashed_files - hashed[0],
+                 self.cache.hashed_bytes - hashed[1])
 
     def _alive(self):
         """Hashing a large directory takes a while: tell the leader this node is still there."""
@@ -437,7 +428,7 @@ class ReplicationClient:
             return
         # everything of the sync on disk, then the marker goes: from here
         # on this copy is whole (the leader counts it in once it has acked)
-        syncfs(self.data_dir)
+        files.syncfs(self.data_dir)
         try:
             os.unlink(marker_path(self.data_dir))
         except FileNotFoundError:

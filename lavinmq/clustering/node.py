@@ -70,6 +70,7 @@ class Node:
         self.loop = None
         self.elected_at = None
         files.keep_own(self.data_dir, [config.log_file, config.pidfile, config.control_unix_path])
+        self.checksums = files.ChecksumCache.restore(self.data_dir)     # every role's, saved on the way out
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -212,7 +213,7 @@ class Node:
         self.client = follower.ReplicationClient(
             self.data_dir, self.node_id, self.secret, host, port, local_addr=local, on_synced=self._synced,
             on_refused=lambda: self.loop.call_soon_threadsafe(self._leader_gone, kv), uri=self.uri,
-            keepalive=self.config.tcp_keepalive)
+            keepalive=self.config.tcp_keepalive, cache=self.checksums)
         self.client.start()
         if self.proxies is not None:
             self.proxies.retarget(host)
@@ -325,7 +326,8 @@ class Node:
         changes.recorder = rep
         rep.start()
         self.repl_server = ReplicationServer(rep, self.secret, self.config.clustering_bind,
-                                             self.config.clustering_port, keepalive=self.config.tcp_keepalive)
+                                             self.config.clustering_port, keepalive=self.config.tcp_keepalive,
+                                             cache=self.checksums)
         try:
             # followers first: they sync while the listeners open
             await self.repl_server.start()
@@ -404,6 +406,7 @@ class Node:
         changes.recorder = None
         await asyncio.to_thread(self.lease.revoke)
         await self.etcd.close()
+        await asyncio.to_thread(self.checksums.save, self.data_dir)
         self.role = "restarting"
         restart(self.config.argv)
         return FENCED_EXIT
@@ -414,6 +417,8 @@ class Node:
             await asyncio.to_thread(self.lease.revoke)
         await self._stop_following()
         await self.etcd.close()
+        if self.role != "restarting":
+            await asyncio.to_thread(self.checksums.save, self.data_dir)
 
     def _hook(self, command, what):
         if not command:

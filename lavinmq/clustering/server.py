@@ -30,14 +30,14 @@ MAX_REQUESTED = 10_000_000      # paths one sync may ask for (a bound on what a 
 
 
 class ReplicationServer:
-    def __init__(self, replicator, secret, bind, port, keepalive=None):
+    def __init__(self, replicator, secret, bind, port, keepalive=None, cache=None):
         self.replicator = replicator
         self.keepalive = keepalive      # [main] tcp_keepalive, on each follower's socket
         self.secret = secret
         self.bind = bind
         self.port = port
         self.server = None
-        self.cache = files.ChecksumCache()
+        self.cache = cache if cache is not None else files.ChecksumCache()     # the node's
         self.sync_lock = asyncio.Lock()     # one full sync at a time: hashing is the cost
         self.tasks = set()
         self.handshakes = 0
@@ -136,7 +136,9 @@ class ReplicationServer:
 
     async def _sync_pass(self, reader, link, pass_no):
         sizes = self.replicator.logical_sizes()
+        hashed = self.cache.hashed_files, self.cache.hashed_bytes
         entries = await asyncio.to_thread(files.listing, self.replicator.data_dir, sizes, self.cache)
+        hashed = self.cache.hashed_files - hashed[0], self.cache.hashed_bytes - hashed[1]
         for f in protocol.list_frames(entries):
             link.write(f)
         link.write(protocol.frame(protocol.LIST_END, bytes((pass_no,))))
@@ -150,8 +152,8 @@ class ReplicationServer:
             sent += await self._send_file(link, rel, rel in sizes, listed[rel])
         link.write(protocol.frame(protocol.SYNC_END, bytes((pass_no,))))
         await link.writer.drain()
-        log.info("follower %x sync pass %d: %d files listed, %d sent (%d bytes)", link.node_id, pass_no,
-                 len(entries), len(wanted), sent)
+        log.info("follower %x sync pass %d: %d files listed, %d sent (%d bytes), %d hashed (%d bytes)",
+                 link.node_id, pass_no, len(entries), len(wanted), sent, *hashed)
 
     async def _requests(self, link):
         """The paths the follower asks for (its ack reader collects them)."""
