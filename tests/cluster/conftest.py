@@ -33,10 +33,13 @@ def prefix():
 @pytest.fixture
 def cluster(etcd, tmp_path, prefix, request):
     """Three nodes, started; the test waits for what it needs. A test marked
-    cluster_args(...) gives every node those flags too."""
+    cluster_args(...) gives every node those flags too; one marked
+    etcd_relays has each node reach etcd through a relay it can cut
+    (tests/cluster/relay.py)."""
     from tests.cluster.harness import Cluster
     marker = request.node.get_closest_marker("cluster_args")
-    c = Cluster(etcd, tmp_path, prefix, extra_args=marker.args if marker else ()).start()
+    relays = request.node.get_closest_marker("etcd_relays") is not None
+    c = Cluster(etcd, tmp_path, prefix, extra_args=marker.args if marker else (), relays=relays).start()
     yield c
     c.stop()
     for n in c.nodes:

@@ -49,6 +49,7 @@ class ClusterNode:
         self.data_dir = str(data_dir)
         self.log_path = self.data_dir + ".log"
         self.proc = None
+        self.relay = None       # relay.Relay between this node and etcd, if the cluster has them
 
     @property
     def url(self):
@@ -71,7 +72,7 @@ class ClusterNode:
                 "-l", c.log_level,
                 "--clustering", "--clustering-bind", self.host, "--clustering-port", str(c.repl_port),
                 "--clustering-advertised-uri", self.uri,
-                "--clustering-etcd-endpoints", c.etcd.endpoint, "--clustering-etcd-prefix", c.prefix,
+                "--clustering-etcd-endpoints", self.relay.endpoint if self.relay else c.etcd.endpoint, "--clustering-etcd-prefix", c.prefix,
                 "--clustering-lease-ttl", str(c.lease_ttl), *c.extra_args]
 
     def start(self):
@@ -132,7 +133,7 @@ class ClusterNode:
 
 
 class Cluster:
-    def __init__(self, etcd, base_dir, prefix, size=3, lease_ttl=2, log_level="info", extra_args=()):
+    def __init__(self, etcd, base_dir, prefix, size=3, lease_ttl=2, log_level="info", extra_args=(), relays=False):
         self.etcd = etcd
         self.prefix = prefix
         self.lease_ttl = lease_ttl
@@ -145,6 +146,11 @@ class Cluster:
         self.mqtt_port = shared_port(hosts)
         self.repl_port = shared_port(hosts)
         self.nodes = [ClusterNode(self, i, os.path.join(str(base_dir), f"n{i}")) for i in range(size)]
+        if relays:      # each node reaches etcd through a relay of its own, which a test can cut
+            from tests.cluster.relay import Relay
+            host, port = etcd.endpoint.rsplit(":", 1)
+            for n in self.nodes:
+                n.relay = Relay(host, int(port))
 
     def start(self):
         for n in self.nodes:
@@ -162,6 +168,9 @@ class Cluster:
                 n.stop()
             except (RuntimeError, OSError):
                 pass
+        for n in self.nodes:
+            if n.relay is not None:
+                n.relay.close()
 
     # -- what etcd says --------------------------------------------------------------------
 

@@ -94,3 +94,48 @@ def test_without_etcd_nothing_is_confirmed_until_it_returns(cluster):
         events = f.read().split()
     os.unlink(HOOKS)
     assert events.count("elected") >= 2 and events.count("lost") >= 1, events
+
+
+@pytest.mark.etcd_relays
+def test_a_leader_cut_off_from_etcd_stops_confirming_before_another_is_elected(cluster):
+    """A partition between the leader and etcd alone: the leader runs on,
+    its followers and clients still reach it, and the followers, who still
+    reach etcd, elect one of them once its lease runs out there. Two
+    leaders run at once; only one may confirm. The old one stops by its own
+    clock, before etcd lets the lease go."""
+    old = cluster.wait_leader()
+    cluster.wait_isr(3)
+    direct = Publisher([old.url], "cut").start()
+    others = Publisher([n.url for n in cluster.nodes if n is not old], "cut").start()
+    try:
+        direct.wait_confirmed(100)
+        others.wait_confirmed(100)
+        first_connection = direct.connections
+        t0 = time.monotonic()
+        old.relay.cut()
+        try:
+            new = cluster.wait_leader(other_than=old, timeout=20)
+            elected = time.monotonic()
+            assert old.running, "the cut-off leader must still run: it is the one to be fenced"
+            others.wait_confirm_after(elected, connection=others.connections - 1)
+            last = max(ts for ts, c in direct.confirmed.values() if c == first_connection)
+            assert last < elected, f"the old leader confirmed {last - elected:.2f} s after {new.index} was elected"
+            assert last < t0 + cluster.lease_ttl + 0.2, f"confirmed {last - t0:.2f} s after the cut"
+            deadline = time.monotonic() + 10
+            while "leadership ends" not in old.log_text():
+                assert time.monotonic() < deadline, old.log_tail()
+                time.sleep(0.05)
+        finally:
+            old.relay.restore()
+        cluster.wait_isr(3, timeout=40)        # the old leader came back as a follower
+        others.wait_confirmed(len(others.confirmed) + 50)
+    finally:
+        direct.stop()
+        others.stop()
+    leader = cluster.wait_leader()
+    delivered = drain(leader.url, "cut")
+    for pub in (direct, others):
+        lost, _, _ = check(pub, delivered)
+        assert lost == [], f"{len(lost)} confirmed messages lost"
+    assert set(delivered) <= direct.attempted | others.attempted
+    wait_same_data(cluster.nodes)
