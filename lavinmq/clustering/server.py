@@ -27,7 +27,16 @@ HANDSHAKE_TIMEOUT = 5.0
 MAX_HANDSHAKES = 32             # connections not yet past the secret: more are closed at once
 SYNC_READ = 1024 * 1024
 PAGE = 4096                     # what a sync checks for zeros (and leaves out)
+ZEROS = bytes(PAGE)
 MAX_REQUESTED = 10_000_000      # paths one sync may ask for (a bound on what a peer can make us hold)
+
+
+def read_pieces(fd, pos, size):
+    """In a worker thread: the next chunk of a file being sent, read and
+    scanned for zeros off the loop. -> (its length, the file's last?, runs)"""
+    chunk = os.pread(fd, min(SYNC_READ, size - pos), pos)
+    last = not chunk or pos + len(chunk) >= size
+    return len(chunk), last, pages_not_zero(chunk, first=pos == 0, last=last)
 
 
 def pages_not_zero(chunk, first, last):
@@ -38,7 +47,8 @@ def pages_not_zero(chunk, first, last):
     n = len(chunk)
     for off in range(0, n, PAGE):
         end = min(off + PAGE, n)
-        keep = (first and off == 0) or (last and end == n) or chunk.count(0, off, end) != end - off
+        # most pages hold data and fail on their first byte, without a copy
+        keep = (first and off == 0) or (last and end == n) or chunk[off] != 0 or chunk[off:end] != ZEROS[:end - off]
         if keep and start is None:
             start = off
         elif not keep and start is not None:
@@ -205,13 +215,11 @@ class ReplicationServer:
             size = listed_size if is_write_segment else os.fstat(fd).st_size
             pos, sent = 0, 0
             while True:
-                chunk = await asyncio.to_thread(os.pread, fd, min(SYNC_READ, size - pos), pos)
-                last = not chunk or pos + len(chunk) >= size
-                for start, piece in pages_not_zero(chunk, first=pos == 0, last=last):
-                    link.write(protocol.sync_file_frame(rel, pos + start, last and start + len(piece) == len(chunk),
-                                                        piece))
+                n, last, runs = await asyncio.to_thread(read_pieces, fd, pos, size)
+                for start, piece in runs:
+                    link.write(protocol.sync_file_frame(rel, pos + start, last and start + len(piece) == n, piece))
                     sent += len(piece)
-                pos += len(chunk)
+                pos += n
                 await link.writer.drain()
                 if last:
                     return sent

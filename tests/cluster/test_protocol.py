@@ -9,6 +9,7 @@ import pytest
 from lavinmq import commit as commits
 from lavinmq.clustering import files, protocol
 from lavinmq.clustering.follower import ReplicationClient
+from lavinmq.clustering.server import PAGE, pages_not_zero
 
 
 def frames(data):
@@ -97,3 +98,17 @@ def test_what_is_replicated():
     assert not files.replicated("users.json.tmp")
     assert protocol.parse_list(b"".join(f[5:] for f in protocol.list_frames([("a/b", 7, b"x" * 20)]))) == \
         [("a/b", 7, b"x" * 20)]
+
+
+def test_pages_of_zeros_are_left_out_but_not_the_first_or_last():
+    commit_like = bytearray(3 * 65536 + 52)
+    for off in (0, 65536, 131072, 196608):
+        commit_like[off] = 1
+    runs = pages_not_zero(bytes(commit_like), first=True, last=True)
+    assert [(start, len(piece)) for start, piece in runs] == [(0, PAGE), (65536, PAGE), (131072, PAGE), (196608, 52)]
+    assert pages_not_zero(bytes(3 * PAGE), first=False, last=False) == []        # inside a file: nothing
+    assert [(s, len(p)) for s, p in pages_not_zero(bytes(3 * PAGE), first=True, last=True)] == \
+        [(0, PAGE), (2 * PAGE, PAGE)]                                              # a file of zeros keeps its ends
+    assert pages_not_zero(b"", first=True, last=True) == [(0, b"")]               # an empty file
+    dense = bytes(range(256)) * 40
+    assert pages_not_zero(dense, first=False, last=False) == [(0, dense)]         # one frame, not one per page
