@@ -10,12 +10,18 @@ from tests.cluster.harness import wait_same_data
 from tests.cluster.traffic import Publisher, check, drain
 
 
-def test_a_stopped_leader_never_confirms_after_another_was_elected(cluster):
-    old = cluster.wait_leader()
+def publishers(cluster, queue):
+    """The leader once the ISR is whole, and two publishers under way: one
+    on the leader's own address, one through the others."""
+    leader = cluster.wait_leader()
     cluster.wait_isr(3)
-    # one publisher on the leader's own address, one through the others
-    direct = Publisher([old.url], "stopped").start()
-    others = Publisher([n.url for n in cluster.nodes if n is not old], "stopped").start()
+    direct = Publisher([leader.url], queue).start()
+    others = Publisher([n.url for n in cluster.nodes if n is not leader], queue).start()
+    return leader, direct, others
+
+
+def test_a_stopped_leader_never_confirms_after_another_was_elected(cluster):
+    old, direct, others = publishers(cluster, "stopped")
     try:
         direct.wait_confirmed(100)
         others.wait_confirmed(100)
@@ -103,10 +109,7 @@ def test_a_leader_cut_off_from_etcd_stops_confirming_before_another_is_elected(c
     reach etcd, elect one of them once its lease runs out there. Two
     leaders run at once; only one may confirm. The old one stops by its own
     clock, before etcd lets the lease go."""
-    old = cluster.wait_leader()
-    cluster.wait_isr(3)
-    direct = Publisher([old.url], "cut").start()
-    others = Publisher([n.url for n in cluster.nodes if n is not old], "cut").start()
+    old, direct, others = publishers(cluster, "cut")
     try:
         direct.wait_confirmed(100)
         others.wait_confirmed(100)
