@@ -12,7 +12,7 @@ import os
 
 import orjson
 
-from lavinmq.sync import fsync_dir
+from lavinmq.sync import replace_file
 
 log = logging.getLogger("lavinmq.parameters")
 
@@ -92,13 +92,7 @@ class ParameterStore:
     def save(self):
         data = orjson.dumps([{"component": c, "name": n, "value": v} for c, n, v in self.items()],
                             option=orjson.OPT_INDENT_2)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(os.path.dirname(self.path))
+        replace_file(self.path, data)
 
 
 class VHostParameters:

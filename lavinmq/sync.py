@@ -80,6 +80,18 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def replace_file(path, data):
+    """path holds data, whole and on disk, or what it held before: written
+    aside, fsynced, renamed over it, and the rename made durable."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
 def flush_round(files, dirs, jobs, anchor):
     """One flush in the calling thread, blocking: the commit records
     (commit.commit's jobs) written, then all of it durable together. Order

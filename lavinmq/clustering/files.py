@@ -20,7 +20,7 @@ import os
 import stat
 import threading
 
-from lavinmq.sync import fsync_dir
+from lavinmq.sync import fsync_dir, replace_file
 
 log = logging.getLogger("lavinmq.clustering.files")
 
@@ -120,7 +120,7 @@ class ChecksumCache:
 
     def __init__(self):
         self.entries = {}
-        self.lock = threading.Lock()     # the loop's saves against a worker thread's listing
+        self.lock = threading.Lock()     # a save against a sync's listing in another thread
         self.hashed_files = 0            # counters, for the syncs' log lines
         self.hashed_bytes = 0
 
@@ -158,22 +158,16 @@ class ChecksumCache:
         not leave a file whose key matches and whose bytes went back."""
         with self.lock:
             entries = list(self.entries.items())
-        path = os.path.join(data_dir, CHECKSUMS)
+        # a line per file; a name with a newline in it is left out (hashed again)
+        lines = [b"%s %d %d %d %d %s\n" % (digest.hex().encode(), ino, size, mtime_ns, st_size, os.fsencode(rel))
+                 for rel, ((ino, size, mtime_ns, st_size), digest) in entries if "\n" not in rel]
         try:
             syncfs(data_dir)
-            with open(path + ".tmp", "wb") as f:
-                f.write(self.HEADER)
-                for rel, ((ino, size, mtime_ns, st_size), digest) in entries:
-                    f.write(b"%s %d %d %d %d %s\n" % (digest.hex().encode(), ino, size, mtime_ns, st_size,
-                                                     os.fsencode(rel)))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(path + ".tmp", path)
-            fsync_dir(data_dir)
+            replace_file(os.path.join(data_dir, CHECKSUMS), self.HEADER + b"".join(lines))
         except OSError as exc:
             log.warning("cannot save the checksums of the data directory: %s", exc)
             return
-        log.info("saved %d checksums of the data directory", len(entries))
+        log.info("saved %d checksums of the data directory", len(lines))
 
     @classmethod
     def restore(cls, data_dir):
