@@ -30,6 +30,8 @@ import logging
 import signal
 import time
 
+from lavinmq import sdnotify
+
 log = logging.getLogger("lavinmq.server")
 
 POLL = 0.05     # s between looks at what clients still hold
@@ -74,12 +76,16 @@ async def drain(server, timeout, hurry=None):
     for conn in list(server.connections):
         begin = getattr(conn, "begin_drain", None)
         if begin is not None:
-            begin()
+            try:
+                begin()
+            except Exception:       # a bug of ours must not keep the broker from stopping
+                log.exception("draining %s", getattr(conn, "name", conn))
     left = unsettled(server)
     if left and timeout > 0 and not (hurry is not None and hurry.is_set()):
         started = time.monotonic()
         log.info("draining: consumers cancelled, %d deliveries unacknowledged on %d connections; waiting up to "
                  "%g s for their acks ([main] shutdown_drain_timeout)", left, len(server.connections), timeout)
+        sdnotify.notify(f"STATUS=draining: {left} deliveries unacknowledged, up to {timeout:g} s")
         deadline = started + timeout
         while left and time.monotonic() < deadline and not (hurry is not None and hurry.is_set()):
             await asyncio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))

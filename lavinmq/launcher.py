@@ -39,9 +39,11 @@ async def serve(config):
     try:
         await signals.stop.wait()
         sdnotify.notify("STOPPING=1")
-        # clients settle what they hold first; a second signal cuts it short
-        await server.drain(signals.hurry)
-        await server.stop()
+        try:
+            # clients settle what they hold first; a second signal cuts it short
+            await server.drain(signals.hurry)
+        finally:
+            await server.stop()
     finally:
         if config.pidfile:
             try:

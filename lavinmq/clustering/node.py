@@ -392,8 +392,11 @@ class Node:
         clients are let go."""
         sdnotify.notify("STOPPING=1")
         if self.server is not None:
-            await self.server.drain(self.signals.hurry)
-            await self._rounds_released(ROUNDS_WAIT)
+            try:
+                await self.server.drain(self.signals.hurry)
+                await self._rounds_released(ROUNDS_WAIT)
+            except Exception:       # the hand-over must happen whatever went wrong before it
+                log.exception("draining the clients before the hand-over")
         self.fence("stopping")
         await asyncio.to_thread(self.lease.revoke)
         log.info("lease given back: a follower takes over")
