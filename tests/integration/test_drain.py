@@ -4,6 +4,7 @@ their client announced consumer_cancel_notify), nothing new is delivered,
 new connections are refused, and what clients ack or publish with
 confirms meanwhile is kept; then the connections close (320) and the
 broker exits. A restart on the same data directory shows what was kept."""
+import asyncio
 import signal
 import socket
 import time
@@ -126,6 +127,61 @@ def test_acks_sent_after_the_cancel_are_kept(start, name):
     assert h.closed == (320, "CONNECTION_FORCED - broker shutdown")
     assert exit_code(b) == 0
     assert time.monotonic() - t0 < 5, "the drain did not end once every delivery was acked"
+    assert "drained in" in b.log_text()
+    b.start()
+    assert count(b.url, name) == 0
+
+
+def test_nacks_and_rejects_during_the_drain_count_as_settled(start, name):
+    """Requeued by a nack, a message waits in its queue (nothing is
+    delivered now); rejected without requeue, it is gone."""
+    b = start(20)
+    publish(b.url, name, 10)
+    h = Holder(b.url, name, 10)
+    t0 = sigterm_at(b)
+    h.pump_until(lambda: h.cancelled, timeout=5, what="basic.cancel")
+    for tag in h.tags[:5]:
+        h.ch.basic_ack(tag)
+    for tag in h.tags[5:8]:
+        h.ch.basic_nack(tag, requeue=True)
+    for tag in h.tags[8:]:
+        h.ch.basic_reject(tag, requeue=False)
+    h.pump_until(lambda: h.closed is not None, what="connection.close")
+    assert len(h.tags) == 10
+    assert exit_code(b) == 0
+    assert time.monotonic() - t0 < 10
+    b.start()
+    assert count(b.url, name) == 3
+
+
+def test_aio_pika_acks_after_the_cancel(start, name):
+    aio_pika = pytest.importorskip("aio_pika")
+    b = start(20)
+    publish(b.url, name, 200)
+
+    async def run():
+        conn = await aio_pika.connect(b.url)
+        ch = await conn.channel()
+        await ch.set_qos(prefetch_count=200)
+        q = await ch.get_queue(name)
+        held = []
+
+        async def take(message):
+            held.append(message)
+        await q.consume(take)
+        while len(held) < 200:
+            await asyncio.sleep(0.01)
+        sigterm_at(b)
+        await asyncio.sleep(0.3)        # the basic.cancel arrives; the work is done meanwhile
+        for message in held:
+            await message.ack()
+        deadline = time.monotonic() + 10
+        while b.proc.poll() is None:    # the broker closes it and exits once all is acked
+            assert time.monotonic() < deadline, "the broker did not exit"
+            await asyncio.sleep(0.05)
+        await conn.close()
+    asyncio.run(run())
+    assert exit_code(b) == 0
     assert "drained in" in b.log_text()
     b.start()
     assert count(b.url, name) == 0
