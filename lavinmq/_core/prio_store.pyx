@@ -1,7 +1,7 @@
 # cython: language_level=3
 import os
-import shutil
 
+from lavinmq import store_dirs
 from lavinmq.clustering import changes
 
 from libc.stdint cimport uint32_t, uint64_t
@@ -163,7 +163,7 @@ cdef class PriorityMessageStore(MessageStore):
 
     def destroy(self):
         self.close()
-        shutil.rmtree(self.path(), ignore_errors=True)
+        store_dirs.remove(self.path())
         changes.removed(self.path())
 
     def write_segments(self):

@@ -21,7 +21,7 @@ from cpython.exc cimport PyErr_SetFromErrno
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport record_body_len
-from lavinmq import commit as commits
+from lavinmq import commit as commits, store_dirs
 from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.store")
@@ -754,9 +754,8 @@ cdef class MessageStore:
 
     def destroy(self):
         """Close and remove every file of the store (queue deleted)."""
-        import shutil
         self.close()
-        shutil.rmtree(self.path(), ignore_errors=True)
+        store_dirs.remove(self.path())
         changes.removed(self.path())
 
     def write_segments(self):
