@@ -5,6 +5,7 @@ new connections are refused, and what clients ack or publish with
 confirms meanwhile is kept; then the connections close (320) and the
 broker exits. A restart on the same data directory shows what was kept."""
 import asyncio
+import datetime
 import signal
 import socket
 import time
@@ -112,11 +113,18 @@ def refused(port):
     return False
 
 
+def stop_took(log):
+    """Seconds from the log's "shutting down" to its "stopped"."""
+    stamps = [datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00"))
+              for line in log.splitlines() if line.endswith(("lavinmq.server: shutting down", "lavinmq.server: stopped"))]
+    return (stamps[1] - stamps[0]).total_seconds()
+
+
 def test_acks_sent_after_the_cancel_are_kept(start, name):
     """The issue's acceptance: 1,000 unacked deliveries (prefetch 1000,
     manual acks); SIGTERM; the client gets basic.cancel, acks them all;
     the broker exits at once; after a restart nothing comes again."""
-    b = start(10)
+    b = start(30)
     publish(b.url, name, 1000)
     h = Holder(b.url, name, 1000)
     t0 = sigterm_at(b)
@@ -126,7 +134,7 @@ def test_acks_sent_after_the_cancel_are_kept(start, name):
     h.pump_until(lambda: h.closed is not None, what="connection.close")
     assert h.closed == (320, "CONNECTION_FORCED - broker shutdown")
     assert exit_code(b) == 0
-    assert time.monotonic() - t0 < 5, "the drain did not end once every delivery was acked"
+    assert time.monotonic() - t0 < 15, "the drain did not end once every delivery was acked"
     assert "drained in" in b.log_text()
     b.start()
     assert count(b.url, name) == 0
@@ -198,7 +206,7 @@ def test_unacked_deliveries_are_requeued_after_the_grace_period(start, name):
     h.pump_until(lambda: h.closed is not None, what="connection.close")
     assert exit_code(b) == 0
     took = time.monotonic() - t0
-    assert 1.9 < took < 2 + 3, took
+    assert 1.9 < took < 2 + 4, took
     assert "drain ended after" in b.log_text()
     b.start()
     assert count(b.url, name) == 1000
@@ -312,5 +320,7 @@ def test_zero_turns_the_drain_off(start, name):
     h.pump_until(lambda: h.closed is not None, timeout=5, what="connection.close")
     assert exit_code(b) == 0
     assert time.monotonic() - t0 < 2
+    # its close-ok was read (reading had stopped before the close), not waited out (1 s)
+    assert stop_took(b.log_text()) < 0.9
     b.start()
     assert count(b.url, name) == 10
