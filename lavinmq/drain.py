@@ -22,8 +22,9 @@ before Server.stop closes the connections:
 
 MQTT connections stay open through it (their PUBACKs are sent) and are
 closed with the rest; links between brokers (shovels, federation) stop
-meanwhile on their own terms (their last confirms acked). Nothing here runs per message: the wait
-reads each channel's unacked count a few times a second.
+meanwhile on their own terms (their last confirms acked). Nothing here
+runs per message: the wait reads each channel's unacked count a few
+times a second.
 """
 import asyncio
 import logging
