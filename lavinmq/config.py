@@ -81,6 +81,10 @@ class Config:
     # a minute late); here 1, the heartbeat round's, which checks only
     # connections with unacked deliveries
     consumer_timeout_loop_interval: int = 1
+    # s a clean stop (SIGTERM/SIGINT) gives clients to ack what they hold once
+    # their consumers are cancelled (lavinmq.drain); 0: close at once. Keep it
+    # well below the service's TimeoutStopSec (60 s, packaging/lavinmq.service)
+    shutdown_drain_timeout: float = 5.0
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
     pidfile: str | None = None           # the broker's pid is written here while it runs
@@ -242,6 +246,7 @@ OPTIONS = {
     "stats_log_size": Option("int", (("main", "stats_log_size"),), lo=2, hi=10_000),   # 28 B/sample/queue
     "consumer_timeout_loop_interval": Option("int", (("main", "consumer_timeout_loop_interval"),), lo=1,
                                              hi=86400),
+    "shutdown_drain_timeout": Option("float", (("main", "shutdown_drain_timeout"),), lo=0, hi=3600),
     "free_disk_warn": Option("int", (("main", "free_disk_warn"),), lo=0, hi=2 ** 63 - 1),
     "max_deleted_definitions": Option("int", (("main", "max_deleted_definitions"),), lo=1, hi=2 ** 31 - 1),
     "tcp_nodelay": Option("bool", (("main", "tcp_nodelay"),)),

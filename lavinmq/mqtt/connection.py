@@ -281,6 +281,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         return client_id
 
     def _check_limits(self, vhost, user):
+        if getattr(self.server, "draining", False):
+            # connected before the listeners closed (lavinmq.drain), too late to be served
+            raise ConnectRefused(SERVER_UNAVAILABLE, "the broker is shutting down")
         limit = vhost.limits.get("max-connections")
         if limit is not None and len(vhost.connections) >= limit:
             raise ConnectRefused(SERVER_UNAVAILABLE, f"vhost {vhost.name!r}: connection limit ({limit}) reached")
