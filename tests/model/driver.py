@@ -3,6 +3,7 @@ three-node cluster: tests/model/cluster_target.py) and the client that talks
 to it (pika over AMQP, urllib over the management API)."""
 import base64
 import json
+import os
 import signal
 import time
 import urllib.error
@@ -14,12 +15,31 @@ from tests.conftest import BrokerProcess
 from tests.model.model import ModelError
 
 
+# the walk's brokers: a clean stop's grace period (lavinmq/drain.py) of 1 s,
+# not 5: a restart while the holder channel keeps messages waits it out
+INI = "[main]\nshutdown_drain_timeout = 1\n"
+
+
+def write_ini(base_dir):
+    path = os.path.join(str(base_dir), "model.ini")
+    with open(path, "w") as f:
+        f.write(INI)
+    return path
+
+
 class SingleNode:
-    """One broker process on a data directory of its own."""
+    """One broker process on a data directory of its own (from the tree
+    LAVINMQ_MODEL_TREE names, if set: a walk against another version of the
+    broker, which may not know the ini's settings: it gets none)."""
     name = "single node"
+    reproduce = "tests/model/test_single_node.py -k reproduce"
 
     def __init__(self, base_dir):
-        self.broker = BrokerProcess(base_dir / "data")
+        tree = os.environ.get("LAVINMQ_MODEL_TREE")
+        if tree:
+            self.broker = BrokerProcess(base_dir / "data", cwd=tree)
+        else:
+            self.broker = BrokerProcess(base_dir / "data", extra_args=["-c", write_ini(base_dir)])
 
     def start(self):
         self.broker.start()
@@ -32,11 +52,14 @@ class SingleNode:
     def http_url(self):
         return self.broker.http_url
 
-    def clean_restart(self, pump):
+    def clean_restart(self, pump, during=None):
         """SIGTERM, which must end the process with 0, then start again.
-        pump() lets the client answer the broker's connection.close."""
+        during() runs once the signal is sent (the client settles what it
+        holds in the grace period); pump() lets the client read meanwhile."""
         proc = self.broker.proc
         proc.send_signal(signal.SIGTERM)
+        if during is not None:
+            during()
         deadline = time.monotonic() + 30
         while proc.poll() is None:
             if time.monotonic() > deadline:
@@ -58,11 +81,15 @@ class SingleNode:
         """What the broker's log says went wrong (tracebacks)."""
         text = self.broker.log_text()
         if "Traceback (most recent call last)" in text:
-            return text[text.index("Traceback (most recent call last)") - 2000:][:6000]
+            at = text.index("Traceback (most recent call last)")
+            return "the broker logged a traceback:\n" + text[max(0, at - 2000):at + 4000]
         return None
 
     def log_tail(self):
         return self.broker.log_tail(30)
+
+    def notes(self):
+        return {}
 
 
 class Client:

@@ -19,18 +19,35 @@ import random
 import pytest
 
 from tests.model.driver import SingleNode
+from tests.model.model import ModelError
 from tests.model.walk import Walk
 
-# fixed walks: 90 steps, a restart or a kill every 10 steps or so; each takes
-# 10-25 s here on a loaded machine
-CI_SEEDS = (11, 20, 2024)
+# fixed walks: 90 steps, a restart or a kill every 10 or so, each 10-25 s
+# here on a loaded machine. Between them they cover persistent exchanges and
+# their replays, delayed messages (held and due), streams, held deliveries
+# settled in SIGTERM's grace period, policies, recreated queues and
+# exchange-to-exchange bindings
+CI_SEEDS = (100, 103, 112)
 CI_STEPS = 90
 
-# every divergence the walk found, replayed to the step after it showed
-# (seed, steps, restart_every): what it was
+# every divergence the walk found, replayed to the step where it showed:
+# (seed, steps, restart_every) -> what it was. They fail on the broker
+# from before the fix named.
 REGRESSIONS = {
-    (7, 90, 12): "known redeclare bug (issue 40): stream s1 deleted and declared again, "
-                 "the restart's replay of the delete removed the new stream's directory",
+    (2, 14, 8): "the redeclare bug (issue 40, fixed by 842dded): stream s0 declared, deleted and declared "
+                "again; the restart's replay of the delete removed the new stream's directory (5 confirmed "
+                "messages gone)",
+    (4, 19, 8): "the redeclare bug over SIGKILL (fixed by 842dded): classic queue q2, 5 confirmed messages gone",
+    (5, 45, 8): "acks sent just after SIGTERM were dropped: an acked message came back after the clean "
+                "restart (fixed by the drain, 17ea42c)",
+}
+# found and not fixed yet: strict xfails, so that the fix turns them into
+# failures until the mark goes
+OPEN = {
+    (7, 11, 8): "a durable x-delayed-message exchange that lived through a restart, then deleted: the next "
+                "restart brings back its internal queue amq.delayed.x0 as a plain durable queue (the boot "
+                "compaction writes the internal queue as a queue.declare, definitions_store.live_frames; "
+                "since 842dded's fold nothing removes it)",
 }
 
 
@@ -58,8 +75,13 @@ def test_walk(tmp_path, seed):
     run_walk(tmp_path, seed, CI_STEPS, restart_every=10)
 
 
+CASES = [pytest.param(*k, id=f"seed{k[0]}") for k in sorted(REGRESSIONS)] + [
+    pytest.param(*k, id=f"seed{k[0]}-open", marks=pytest.mark.xfail(reason=why, strict=True, raises=ModelError))
+    for k, why in sorted(OPEN.items())]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed,steps,restart_every", sorted(REGRESSIONS), ids=lambda v: str(v))
+@pytest.mark.parametrize("seed,steps,restart_every", CASES)
 def test_regression(tmp_path, seed, steps, restart_every):
     run_walk(tmp_path, seed, steps, restart_every)
 

@@ -36,6 +36,7 @@ class Verifier:
         if self.walk.strict:
             raise ModelError(f"{kind}: {text}")
         self.walk.anomalies.append((self.walk.step, kind, text))
+        self.walk.trace.append(f"{self.walk.step}: ({kind}: {text[:200]}; repaired)")
 
     # -- a delivered message against what the model says -----------------------------------
 
@@ -113,16 +114,14 @@ class Verifier:
 
     def _repair_queue(self, name, want, got):
         m = self.model
-        if name.startswith("amq.delayed."):
-            ex = name[len("amq.delayed."):]
-            if want is not None and got is not None and ex in m.exchanges:
-                held = m.exchanges[ex].held
-                del held[got["messages"]:]      # which ones is unknowable: only the count is kept
-                return
+        ex = name[len("amq.delayed."):] if name.startswith("amq.delayed.") else None
+        if ex is not None and want is not None:
+            # a delayed exchange's store: its count differs, or it is missing
             if got is not None:
-                self.client.api("DELETE", f"/api/exchanges/%2F/{ex}", ok=(204, 404))
-            if ex in m.exchanges:
-                m.remove_exchange(ex)
+                del m.exchanges[ex].held[got["messages"]:]      # which ones is unknowable
+                return
+            m.remove_exchange(ex)
+            self.client.api("DELETE", f"/api/exchanges/%2F/{ex}", ok=(204, 404))
             return
         if got is not None:
             self.client.api("DELETE", f"/api/queues/%2F/{name}", ok=(204, 404))

@@ -18,16 +18,17 @@ from tests.model.model import ModelError, body_for
 from tests.model.verify import Verifier
 
 # the broker keeps a requeued message's redelivered flag and x-delivery-count
-# across a clean restart (issue 40: the lead's fix). Off: the walk adopts what
-# the broker shows after a restart and counts the differences instead
-CHECK_FLAGS = os.environ.get("LAVINMQ_MODEL_CHECK_FLAGS", "0") == "1"
+# across a clean restart (issue 40; main's 2edfb2e). LAVINMQ_MODEL_CHECK_FLAGS=0
+# (for a broker from before it): the walk adopts what the broker shows after
+# a restart and counts the differences instead
+CHECK_FLAGS = os.environ.get("LAVINMQ_MODEL_CHECK_FLAGS", "1") == "1"
 
 WEIGHTS = {
     "declare_queue": 8, "delete_queue": 3, "redeclare_mismatch": 1, "purge": 2,
     "declare_exchange": 5, "delete_exchange": 2, "bind_queue": 6, "unbind_queue": 2,
     "bind_exchange": 3, "unbind_exchange": 1, "publish": 20, "get": 9, "consume": 5,
     "read_stream": 2, "hold": 2, "release": 2, "set_policy": 2, "clear_policy": 1,
-    "check_definitions": 1, "bad_bind": 1,
+    "check_definitions": 1, "bad_bind": 1, "recreate_queue": 2, "recreate_exchange": 1,
 }
 
 
@@ -90,19 +91,24 @@ class Walk:
             self.trace.append(f"{self.step}: {text}")
         problems = self.target.problems()
         if problems:
-            raise ModelError(self.failure(f"the broker logged a traceback:\n{problems}"))
+            raise ModelError(self.failure(problems))
         return text
 
     def failure(self, text):
         recent = "\n".join(self.trace[-40:])
+        path = os.environ.get("LAVINMQ_MODEL_TRACE_FILE")
+        if path:        # every step, for a long walk's failure
+            with open(path, "w") as f:
+                f.write("\n".join(self.trace) + "\n")
         return (f"{text}\n\nseed {self.seed}, step {self.step} on {self.target.name}; reproduce with "
                 f"LAVINMQ_MODEL_SEED={self.seed} LAVINMQ_MODEL_STEPS={self.steps} "
                 f"LAVINMQ_MODEL_RESTART_EVERY={self.restart_every}"
-                f"{' LAVINMQ_MODEL_CHECK_FLAGS=1' if self.check_flags else ''} "
-                f"pytest tests/model -k reproduce -s\nthe last steps:\n{recent}\n"
+                f"{'' if self.check_flags else ' LAVINMQ_MODEL_CHECK_FLAGS=0'} "
+                f"pytest {self.target.reproduce} -s\nthe last steps:\n{recent}\n"
                 f"stats so far: {self.stats}\nthe broker's log:\n{self.target.log_tail()}")
 
     def summary(self):
+        self.stats.update(self.target.notes())
         keys = ["steps", "restarts", "kills", "published", "lost", "resurrected", "definition mismatches"]
         parts = [f"{k} {self.stats.get(k, 0)}" for k in keys]
         parts += [f"{k} {v}" for k, v in sorted(self.stats.items()) if k not in keys]
@@ -124,8 +130,8 @@ class Walk:
 
     # -- queues -------------------------------------------------------------------------------
 
-    def op_declare_queue(self):
-        name = self.rng.choice(M.QUEUE_NAMES + M.STREAM_NAMES)
+    def op_declare_queue(self, name=None):
+        name = name or self.rng.choice(M.QUEUE_NAMES + M.STREAM_NAMES)
         q = self.model.queues.get(name)
         if q is None:
             if name in M.STREAM_NAMES:
@@ -147,6 +153,22 @@ class Walk:
             raise ModelError(f"{what} {d.describe()}: declare-ok says {count} messages, the model {want}")
         return f"{what} queue {d.describe()}"
 
+    def op_recreate_queue(self):
+        """Deleted and declared again at once (of its kind or another): what
+        boot's replay of the definitions log must not confuse."""
+        name = self.pick(self.model.queues)
+        if name is None:
+            return None
+        first = self.op_delete_queue(name)
+        return f"{first}; {self.op_declare_queue(name)}"
+
+    def op_recreate_exchange(self):
+        name = self.pick(self.model.exchanges)
+        if name is None:
+            return None
+        first = self.op_delete_exchange(name)
+        return f"{first}; {self.op_declare_exchange(name)}"
+
     def op_redeclare_mismatch(self):
         name = self.pick(self.model.queues)
         if name is None:
@@ -156,8 +178,8 @@ class Walk:
         expect_channel_error(lambda: ch.queue_declare(name, durable=not d.durable, arguments=d.arguments), 406)
         return f"redeclare {name} with durable={not d.durable}: 406"
 
-    def op_delete_queue(self):
-        name = self.rng.choice(M.QUEUE_NAMES + M.STREAM_NAMES)
+    def op_delete_queue(self, name=None):
+        name = name or self.rng.choice(M.QUEUE_NAMES + M.STREAM_NAMES)
         count = self.client.channel().queue_delete(name).method.message_count
         q = self.model.queues.get(name)
         if q is None:
@@ -188,8 +210,8 @@ class Walk:
 
     # -- exchanges and bindings ---------------------------------------------------------------
 
-    def op_declare_exchange(self):
-        name = self.rng.choice(M.EXCHANGE_NAMES)
+    def op_declare_exchange(self, name=None):
+        name = name or self.rng.choice(M.EXCHANGE_NAMES)
         xs = self.model.exchanges.get(name)
         what = "redeclare"
         if xs is None:
@@ -205,8 +227,8 @@ class Walk:
                                                arguments=d.declare_arguments)
         return f"{what} exchange {d.describe()}"
 
-    def op_delete_exchange(self):
-        name = self.rng.choice(M.EXCHANGE_NAMES)
+    def op_delete_exchange(self, name=None):
+        name = name or self.rng.choice(M.EXCHANGE_NAMES)
         self.client.channel().exchange_delete(name)
         if name in self.model.exchanges:
             self.model.remove_exchange(name)
@@ -510,7 +532,7 @@ class Walk:
     def op_restart(self):
         if not self.held:
             self.client.close()
-        self.target.clean_restart(self.client.pump)
+        self.target.clean_restart(self.client.pump, self.settle_in_grace if self.held else None)
         self.stats["restarts"] += 1
         self.after(clean=True)
         return "restart (SIGTERM)"
@@ -520,6 +542,27 @@ class Walk:
         self.stats["kills"] += 1
         self.after(clean=False)
         return "kill (SIGKILL) and start"
+
+    def settle_in_grace(self):
+        """SIGTERM sent: the holder acks or requeues some of what it keeps,
+        which the broker takes in its grace period; the rest it requeues
+        when it closes the connection (lavinmq/drain.py)."""
+        ch = self.client.holding()
+        notes = []
+        for q, e, tag in list(self.held):
+            how = self.rng.choice(("ack", "requeue", "keep"))
+            if how == "keep":
+                continue
+            if how == "ack":
+                ch.basic_ack(tag)
+            else:
+                ch.basic_reject(tag, requeue=True)
+            self.held.remove((q, e, tag))
+            if self.model.queues.get(q.d.name) is q:
+                q.unacked.pop(e.seq, None)
+                self.model.settle(q, e, how)
+            notes.append(f"{e.seq}:{how}")
+        self.trace.append(f"{self.step}: in the grace period: {' '.join(notes) or 'nothing settled'}")
 
     def after(self, clean):
         self.client.close()
