@@ -8,6 +8,7 @@ The same seed gives the same walk as long as the broker behaves as the model
 says (after a kill, what the broker kept decides what comes next: the
 reproduction is then likely, not certain)."""
 import os
+import random
 import time
 
 import pika
@@ -34,7 +35,7 @@ WEIGHTS = {
 
 class Walk:
     def __init__(self, target, seed, steps, restart_every=12, kill_share=0.5, strict=True,
-                 check_flags=CHECK_FLAGS, log=print):
+                 check_flags=CHECK_FLAGS):
         self.target = target
         self.seed = seed
         self.steps = steps
@@ -42,15 +43,14 @@ class Walk:
         self.kill_share = kill_share
         self.strict = strict
         self.check_flags = check_flags
-        self.log = log
-        self.rng = __import__("random").Random(seed)
+        self.rng = random.Random(seed)
         self.model = M.Model()
         self.client = Client(target)
         self.verifier = Verifier(self)
         self.stats = {"steps": 0, "restarts": 0, "kills": 0, "published": 0, "lost": 0, "resurrected": 0,
                       "definition mismatches": 0}
         self.anomalies = []
-        self.held = []          # (QueueState, Entry) the holder channel keeps unacked
+        self.held = []          # (QueueState, Entry, delivery tag) the holder channel keeps unacked
         self.trace = []
         self.step = 0
 
@@ -77,6 +77,8 @@ class Walk:
             self.do(self.op_restart)        # the walk ends with a clean restart's checks
         finally:
             self.client.close()
+        if self.anomalies:
+            self.save_trace()
         self.stats["seconds"] = round(time.monotonic() - t0, 1)
         return self.stats
 
@@ -94,12 +96,16 @@ class Walk:
             raise ModelError(self.failure(problems))
         return text
 
-    def failure(self, text):
-        recent = "\n".join(self.trace[-40:])
+    def save_trace(self):
+        """Every step into LAVINMQ_MODEL_TRACE_FILE, if set (a long walk's)."""
         path = os.environ.get("LAVINMQ_MODEL_TRACE_FILE")
-        if path:        # every step, for a long walk's failure
+        if path:
             with open(path, "w") as f:
                 f.write("\n".join(self.trace) + "\n")
+
+    def failure(self, text):
+        recent = "\n".join(self.trace[-40:])
+        self.save_trace()
         return (f"{text}\n\nseed {self.seed}, step {self.step} on {self.target.name}; reproduce with "
                 f"LAVINMQ_MODEL_SEED={self.seed} LAVINMQ_MODEL_STEPS={self.steps} "
                 f"LAVINMQ_MODEL_RESTART_EVERY={self.restart_every}"
@@ -538,10 +544,26 @@ class Walk:
         return "restart (SIGTERM)"
 
     def op_kill(self):
+        # half the kills come right after acks that had no round trip (the
+        # broker may not have read them, or not written them): those
+        # messages may come back. The choice has an rng of its own, so that
+        # the walk's other steps stay those of the seed
+        side = random.Random(f"{self.seed}-{self.step}")
+        name = side.choice(sorted(self.classic_queues(nonempty=True)) or [None])
+        acked = []
+        if name is not None and side.random() < 0.5:
+            q = self.model.queues[name]
+            ch = self.client.channel()
+            for _ in range(min(3, len(q.ready))):
+                method, props, body = ch.basic_get(name)
+                e = self.check_taken(q, method, props, body, False, "get before a kill")
+                ch.basic_ack(method.delivery_tag)
+                self.model.settle(q, e, "ack")
+                acked.append(e.seq)
         self.target.kill_restart()
         self.stats["kills"] += 1
         self.after(clean=False)
-        return "kill (SIGKILL) and start"
+        return f"kill (SIGKILL){f' just after acking {name} {acked}' if acked else ''} and start"
 
     def settle_in_grace(self):
         """SIGTERM sent: the holder acks or requeues some of what it keeps,
