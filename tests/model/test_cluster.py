@@ -24,6 +24,9 @@ OPEN = {
     (6, 9, 10, True): "deleting a non-durable queue on the leader replicates the removal of its directory "
                       "under transient/; every follower refuses it ('... is not replicated'), disconnects and "
                       "leaves the ISR, so a leader stop right after has no one to hand over to",
+    (35, 83, 8, False): "purge-ok does not wait for the followers: a leader killed just after a purge leaves "
+                        "the purged messages on the new leader (a single node's purge survives a kill: its acks "
+                        "are written before purge-ok)",
     (22, 33, 8, False): "a delivery still unacked when the leader stops cleanly (SIGTERM) is requeued when its "
                         "connection closes after the grace period, but that requeue is not replicated before "
                         "the hand-over: the new leader delivers it with redelivered=False (a single node "

@@ -196,8 +196,8 @@ class Walk:
             raise ModelError(f"delete {q.d.describe()}: delete-ok says {count} messages, the model {want}")
         return f"delete queue {q.d.describe()} ({count} messages)"
 
-    def op_purge(self):
-        name = self.pick(self.model.queues)
+    def op_purge(self, name=None):
+        name = name or self.pick(self.model.queues)
         if name is None:
             return None
         q = self.model.queues[name]
@@ -546,24 +546,29 @@ class Walk:
     def op_kill(self):
         # half the kills come right after acks that had no round trip (the
         # broker may not have read them, or not written them): those
-        # messages may come back. The choice has an rng of its own, so that
+        # messages may come back. Some others right after a purge, which
+        # must not undo itself. The choices have rngs of their own, so that
         # the walk's other steps stay those of the seed
         side = random.Random(f"{self.seed}-{self.step}")
         name = side.choice(sorted(self.classic_queues(nonempty=True)) or [None])
-        acked = []
+        before = ""
         if name is not None and side.random() < 0.5:
             q = self.model.queues[name]
             ch = self.client.channel()
+            acked = []
             for _ in range(min(3, len(q.ready))):
                 method, props, body = ch.basic_get(name)
                 e = self.check_taken(q, method, props, body, False, "get before a kill")
                 ch.basic_ack(method.delivery_tag)
                 self.model.settle(q, e, "ack")
                 acked.append(e.seq)
+            before = f" just after acking {name} {acked}"
+        elif name is not None and random.Random(f"{self.seed}-{self.step}-purge").random() < 0.4:
+            before = f" just after a {self.op_purge(name)}"
         self.target.kill_restart()
         self.stats["kills"] += 1
         self.after(clean=False)
-        return f"kill (SIGKILL){f' just after acking {name} {acked}' if acked else ''} and start"
+        return f"kill (SIGKILL){before} and start"
 
     def settle_in_grace(self):
         """SIGTERM sent: the holder acks or requeues some of what it keeps,
