@@ -550,10 +550,22 @@ DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-p
                     ("default_user_only_loopback", "--guest-only-loopback", "--default-user-only-loopback"))
 
 
+# what -b moves besides LavinMQ's three (AMQP, HTTP, MQTT): the rest of a
+# node's listeners, so that nodes started with -b alone on one machine
+# (127.0.0.11, 127.0.0.12, ...) never meet on a port. Not to a wildcard:
+# the metrics port has no authentication, and LavinMQ keeps it on 127.0.0.1
+BIND_ALSO = ("metrics_http_bind", "clustering_bind")
+WILDCARD_BINDS = ("0.0.0.0", "::", "[::]", "")
+
+
 def apply_args(config, args):
     if args.bind is not None:
         for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
+        if args.bind.strip() not in WILDCARD_BINDS:
+            for field in BIND_ALSO:
+                if field not in config.sources:     # named in the ini file or environment: kept
+                    config.set(field, args.bind, "--bind")
     for field, flag, instead in DEPRECATED_FLAGS:
         value = getattr(args, "deprecated_" + field)
         if value is not None:
@@ -595,7 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR",
+                   help="address for AMQP, MQTT and HTTP to listen on; a specific address (not 0.0.0.0 or ::) "
+                        "moves the metrics and clustering listeners too, unless they are set otherwise")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -603,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-http-port", dest="metrics_http_port", metavar="PORT",
                    help="Prometheus-only listener without auth (default 15692, 0 = off)")
     p.add_argument("--metrics-http-bind", dest="metrics_http_bind", metavar="ADDR",
-                   help="its address (default 127.0.0.1)")
+                   help="its address (default 127.0.0.1, or -b's specific address)")
     p.add_argument("-l", "--log-level", dest="log_level", metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default info)")
     p.add_argument("-d", "--debug", action="store_true", help="same as --log-level debug")
@@ -658,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("clustering (etcd leader election, replication to followers)")
     c.add_argument("--clustering", action="store_true", help="run as a node of a cluster")
     c.add_argument("--clustering-bind", dest="clustering_bind", metavar="ADDR",
-                   help="address the leader takes followers on (default 127.0.0.1)")
+                   help="address the leader takes followers on (default 127.0.0.1, or -b's specific address)")
     c.add_argument("--clustering-port", dest="clustering_port", metavar="PORT",
                    help="port the leader takes followers on (default 5679)")
     c.add_argument("--clustering-advertised-uri", dest="clustering_advertised_uri", metavar="URI",
