@@ -132,6 +132,19 @@ def test_definitions_upload(broker):
     assert api(broker, "POST", f"/api/definitions/{v}/upload",
                {"queues": [{"name": q2, "durable": True, "arguments": {}}]})[0] == 204
     assert api(broker, "GET", f"/api/queues/{v}/{q2}")[0] == 200
+    # a form into vhost / (%2F) and one into a vhost with other escaped characters: the
+    # form check used to read the path after %2F became / and answered 415
+    q3, v2 = unique("up"), unique("up v/é")
+    api(broker, "PUT", f"/api/vhosts/{enc(v2)}")
+    for vhost in ("/", v2):
+        body, ctype = multipart("file", "defs.json", json.dumps(
+            {"queues": [{"name": q3, "durable": True, "arguments": {}}]}).encode())
+        status, reply = api(broker, "POST", f"/api/definitions/{enc(vhost)}/upload", raw=body,
+                            headers={"Content-Type": ctype})
+        assert status == 204, (vhost, reply)
+        assert api(broker, "GET", f"/api/queues/{enc(vhost)}/{q3}")[0] == 200
+    api(broker, "DELETE", f"/api/queues/%2F/{q3}")
+    api(broker, "DELETE", f"/api/vhosts/{enc(v2)}")
     # a form of ours is sent back to its page; one from another site is refused
     body, ctype = multipart("file", "defs.json", b'{"queues": []}')
     req = urllib.request.Request(broker.http_url + "/api/definitions/upload", data=body, method="POST", headers={
