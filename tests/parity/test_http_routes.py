@@ -4,6 +4,7 @@ cancelling a consumer, a user's connections, global parameters,
 hash_password, users without permissions, the definitions upload, the
 live log, the collector's routes, and /docs from the OpenAPI document."""
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -230,3 +231,13 @@ def test_gc_routes_and_docs(broker):
         for method in ops:
             assert f"<code>{method.upper()} {path}</code>" in page, (method, path)
     assert "/api/queues/{vhost}/{queue}/unacked" in doc["paths"] and "<script" not in page
+    # LavinMQ's URL (its UI links there) answered 404; its links lead to the same files
+    for url in ("/docs/", "/docs/index.html", "/docs"):
+        with urllib.request.urlopen(broker.http_url + url, timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/html")
+            here = r.read().decode()
+        assert here.replace('"../', '"') == page, url
+        for link in re.findall(r'(?:href)="([^"#]+)"', here):
+            target = urllib.parse.urljoin(broker.http_url + url, link)
+            with urllib.request.urlopen(target, timeout=10) as r:
+                assert r.status == 200, (url, link)
