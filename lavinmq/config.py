@@ -127,6 +127,10 @@ class Config:
     mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
     mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
     mqtt_max_packet_size: int = 268435455
+    # PUBACK/PUBREC once the message is in its queues (LavinMQ, Mosquitto), or
+    # true: once the group commit put it on disk (and, on a cluster's leader,
+    # on the in-sync followers), as AMQP's publisher confirms
+    mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
     mqtt_permission_check_enabled: bool = False
     mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
@@ -306,6 +310,7 @@ OPTIONS = {
     "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
     "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
     "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_puback_waits_for_disk": Option("bool", (("mqtt", "puback_waits_for_disk"),)),
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
