@@ -86,17 +86,18 @@ def _shorter(a, b):
 
 
 class Policy:
-    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions")
+    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions", "_targets")
 
     def __init__(self, name, pattern, apply_to, priority, definition, regex=None):
         self.name, self.pattern, self.apply_to = name, pattern, apply_to
+        self._targets = APPLY_TARGETS[apply_to]
         self.priority, self.definition = priority, definition
         self._re = regex if regex is not None else compile_pattern(pattern)
         self.instructions = self._re.programsize
 
     def matches(self, name, target):
         """target: "exchange", or a queue's queue_type."""
-        return target in APPLY_TARGETS[self.apply_to] and self._re.search(name)
+        return target in self._targets and self._re.search(name)
 
     def to_json(self):
         return {"pattern": self.pattern, "apply-to": self.apply_to, "priority": self.priority,

@@ -123,6 +123,7 @@ def target_of(obj, kind):
 
 
 def _affected(store, changes, obj, kind):
+    target = None
     for operator, names in changes.items():
         if operator and kind != "queue":
             continue        # operator policies apply to queues only
@@ -131,6 +132,10 @@ def _affected(store, changes, obj, kind):
         table = store.operator if operator else store.policies
         for name in names:
             p = table.get(name)
-            if p is not None and p.matches(obj.name, target_of(obj, kind)):
+            if p is None:
+                continue
+            if target is None:
+                target = target_of(obj, kind)       # once per object, not per policy
+            if p.matches(obj.name, target):
                 return True     # it may win now
     return False
