@@ -35,7 +35,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         # one is refused at its header, not after it was read into memory
         self.max_packet_size = min(cfg.mqtt_max_packet_size, cfg.max_message_size + 65536 + 5)
         self.state.max_message_size = cfg.max_message_size
-        self.state.syncer = server.syncer
+        # what a PUBACK promises ([mqtt] puback_waits_for_disk, README "MQTT")
+        self.state.syncer = server.syncer if cfg.mqtt_puback_waits_for_disk else None
         self.vhost = None
         self.user = None
         self.broker = None
