@@ -185,6 +185,7 @@ class Node:
 
     def args(self):
         c, p = self.cluster, self.cluster.ports
+        secret = ["--clustering-secret-file", c.secret_file] if c.secret_file else []
         # every listener named on the node's own address: nothing is left on
         # 127.0.0.1, where the nodes would meet (TLS listeners: no certificate)
         return [c.python, "-m", "lavinmq", "-D", self.data_dir, "-b", self.host,
@@ -194,7 +195,7 @@ class Node:
                 "--clustering", "--clustering-bind", self.host, "--clustering-port", str(p.clustering),
                 "--clustering-advertised-uri", self.uri,
                 "--clustering-etcd-endpoints", c.etcd.endpoint, "--clustering-etcd-prefix", c.prefix,
-                *c.node_args]
+                *secret, *c.node_args]
 
     def start(self):
         os.makedirs(self.data_dir, exist_ok=True)
@@ -244,6 +245,20 @@ class LocalCluster:
         self.python = python
         self.etcd = Etcd(self.base_dir, f"127.0.0.{first - 1}", self.ports)
         self.nodes = [Node(self, i + 1, f"127.0.0.{first + i}") for i in range(size)]
+        self.secret_file = None     # the nodes' shared secret, where the broker asks for one
+
+    def _make_secret(self):
+        """A broker that takes [clustering] secret_file gets one, made once
+        (owner only) and shared by every node of this cluster."""
+        from lavinmq.config import CLI_FIELDS
+        if "clustering_secret_file" not in CLI_FIELDS:
+            return
+        path = os.path.join(self.base_dir, "clustering_secret")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+        self.secret_file = path
 
     def start(self):
         """etcd, then every node; StartError (nothing left running) if a port is taken."""
@@ -254,6 +269,7 @@ class LocalCluster:
                                      ("clustering", p.clustering, "--clustering-port")):
                 check_free(n.host, port, f"node {n.index}'s {what} port", flag)
         os.makedirs(self.base_dir, exist_ok=True)
+        self._make_secret()
         self.etcd.start()
         try:
             for n in self.nodes:
