@@ -299,7 +299,8 @@ class LocalCluster:
     def isr(self):
         """Node ids (base36) of the in-sync replicas."""
         value = self.etcd.get_prefix(f"{self.prefix}/isr").get(f"{self.prefix}/isr", "")
-        return {x for x in value.split(",") if x}
+        ids = value.split(";", 1)[0]        # a signed key: the ids, then ";" and the signature
+        return {x for x in ids.split(",") if x}
 
     def roles(self):
         """{node: role}: leader, follower (in sync), follower (syncing),
