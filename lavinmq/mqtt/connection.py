@@ -115,10 +115,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self._connect_throttled(args)
 
     def _connect_throttled(self, args):
-        delay = self.login_delay(self._throttle_key(args[6]))
-        if not delay:
-            return self._connect(args)
-        self.answer_login_later(delay, self._connect_late, args)
+        if not self.login_later(self._throttle_key(args[6]), self._connect_late, args):
+            self._connect(args)
 
     async def _connect_after_keys(self, auth, args):
         await auth.ensure_keys()        # never raises: a failed fetch leaves the keys empty
@@ -221,7 +219,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             self.close(text="token expired")
 
     def refuse_connect(self, exc):
-        _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
+        if exc.logged:
+            _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
         self.send(_mqtt.connack(False, exc.code))
         self._shut(publish_will=False, reason="connect refused")
 
@@ -254,9 +253,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             reason = f"login refused for user {username!r}"
         if user is None:
             key = self._throttle_key(raw_username)
-            if key is not None:
-                self.server.login_throttle.failed(*key)
-            raise ConnectRefused(BAD_CREDENTIALS, reason)
+            # a key that backs off has its episode's line (lavinmq.auth.throttle), not one per attempt
+            logged = key is None or self.server.login_throttle.failed(*key)
+            raise ConnectRefused(BAD_CREDENTIALS, reason, logged)
         vhost = self.server.vhosts.get(vhost_name)
         if vhost is None:
             raise ConnectRefused(NOT_AUTHORIZED, f"vhost {vhost_name!r} not found")
