@@ -152,6 +152,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             user, vhost = self._login(username, password)
             client_id = self._client_id(client_id.decode(), clean, user.name)
             self._check_limits(vhost, user)
+            self._may_take_session(vhost, user, client_id)
         except ConnectRefused as exc:
             return self.refuse_connect(exc)
         if will is not None:
@@ -178,8 +179,6 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 vhost.delete_queue(qname)
                 q = None
             broker.sessions.pop(client_id, None)
-        elif q is not None and not isinstance(q, session.SessionQueue):
-            q = None        # an AMQP queue of that name: not a session
         present = q is not None
         st = broker.session_state(client_id)
         self.qos2_in = st.qos2_in       # None until the session's first QoS 2 publish
@@ -283,6 +282,21 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         limit = vhost.limits.get("max-connections")
         if limit is not None and len(vhost.connections) >= limit:
             raise ConnectRefused(SERVER_UNAVAILABLE, f"vhost {vhost.name!r}: connection limit ({limit}) reached")
+
+    def _may_take_session(self, vhost, user, client_id):
+        """A CONNECT deletes (clean session) or takes over the queue of its
+        client id: only an MQTT session's (x-queue-type mqtt), and only with
+        the configure right on it -- what deleting it over AMQP needs.
+        Refused before anything is touched (a connected client stays)."""
+        qname = session.queue_name(client_id)
+        q = vhost.queues.get(qname)
+        if q is None:
+            return
+        if not isinstance(q, session.SessionQueue):
+            raise ConnectRefused(IDENTIFIER_REJECTED, f"queue {qname!r} exists and is not an MQTT session")
+        if not user.can_configure(vhost.name, qname):
+            raise ConnectRefused(NOT_AUTHORIZED, f"user {user.name!r} may not configure {qname!r}, "
+                                                 f"the session of client id {client_id!r}")
 
     def _may_write_exchange(self):
         if not self.config.mqtt_permission_check_enabled:

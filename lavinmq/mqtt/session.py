@@ -4,7 +4,9 @@ transient for a clean one. Subscriptions are the queue's bindings on
 amq.topic (argument x-mqtt-subscription-qos: the granted QoS), so a
 persistent session's subscriptions and QoS 1/2 messages survive a restart
 with the vhost's definitions and the queue's store."""
+from lavinmq.errors import AMQPError
 from lavinmq.mqtt import _mqtt, topics
+from lavinmq.mqtt.errors import ProtocolError
 from lavinmq.queue.classic import Queue
 
 QUEUE_TYPE = "mqtt"
@@ -35,8 +37,17 @@ def queue_name(client_id):
 
 
 def declare(vhost, client_id, clean):
-    """The session's queue, made if it does not exist."""
-    return vhost.declare_queue(queue_name(client_id), not clean, None, clean, {"x-queue-type": QUEUE_TYPE})
+    """The session's queue, made if it does not exist. A queue of that name
+    that is not a session (declared over AMQP since the CONNECT) is never
+    used as one: ProtocolError, the connection closes."""
+    name = queue_name(client_id)
+    q = vhost.queues.get(name)
+    if q is not None and not isinstance(q, SessionQueue):
+        raise ProtocolError(f"queue {name!r} exists and is not an MQTT session")
+    try:
+        return vhost.declare_queue(name, not clean, None, clean, {"x-queue-type": QUEUE_TYPE})
+    except AMQPError as exc:
+        raise ProtocolError(f"the session's queue {name!r} cannot be declared: {exc}") from None
 
 
 def subscriptions(vhost, q):
