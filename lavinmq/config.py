@@ -124,8 +124,10 @@ class Config:
     mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
     mqtt_max_packet_size: int = 268435455
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
-    mqtt_permission_check_enabled: bool = False
-    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    # safe defaults, unlike LavinMQ's (false, none): README, "Security"
+    mqtt_permission_check_enabled: bool = True
+    mqtt_client_id_validation: str = "owner"  # a session is its user's; "username": the id is the user
+    #                                           name; "none": any user takes any session (LavinMQ)
     tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
     # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
     sni_hosts: dict = dataclasses.field(default_factory=dict)
@@ -304,7 +306,7 @@ OPTIONS = {
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
-                                        choices=("none", "username")),
+                                        choices=("none", "username", "owner")),
     "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
     "auth_backends": Option("str", (("main", "auth_backends"),)),
     "oauth_issuer": Option("str", (("oauth", "issuer"),), optional=True),

@@ -285,16 +285,23 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
 
     def _may_take_session(self, vhost, user, client_id):
         """A CONNECT deletes (clean session) or takes over the queue of its
-        client id: only an MQTT session's (x-queue-type mqtt), and only with
-        the configure right on it -- what deleting it over AMQP needs.
-        Refused before anything is touched (a connected client stays)."""
+        client id: only an MQTT session's (x-queue-type mqtt), and only its
+        user's, or with the configure right on it -- what deleting it over
+        AMQP needs. With client_id_validation = owner (the default) a
+        session, connected or kept, is its user's alone. Refused before
+        anything is touched (a connected client stays)."""
         qname = session.queue_name(client_id)
         q = vhost.queues.get(qname)
-        if q is None:
-            return
-        if not isinstance(q, session.SessionQueue):
+        if q is not None and not isinstance(q, session.SessionQueue):
             raise ConnectRefused(IDENTIFIER_REJECTED, f"queue {qname!r} exists and is not an MQTT session")
-        if not user.can_configure(vhost.name, qname):
+        owner = session.owner(q)
+        if self.config.mqtt_client_id_validation == "owner":
+            connected = self.server.mqtt.broker(vhost).clients.get(client_id)
+            if connected is not None and connected.user is not None:
+                owner = connected.user.name
+            if owner is not None and owner != user.name:
+                raise ConnectRefused(IDENTIFIER_REJECTED, f"client id {client_id!r} is a session of another user")
+        if q is not None and owner != user.name and not user.can_configure(vhost.name, qname):
             raise ConnectRefused(NOT_AUTHORIZED, f"user {user.name!r} may not configure {qname!r}, "
                                                  f"the session of client id {client_id!r}")
 
@@ -315,7 +322,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         q = self.session_queue
         if q is not None and not q.closed and self.vhost.queues.get(q.name) is q:
             return q
-        q = session.declare(self.vhost, self.client_id, self.clean_session)
+        q = session.declare(self.vhost, self.client_id, self.clean_session, self.user.name)
         self._attach(q)
         return q
 
@@ -346,10 +353,10 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
 
     def on_subscribe(self, pid, filters):
-        q = self._session_queue()
+        allowed = self._may_subscribe()     # before the session's queue is made for it
+        q = self._session_queue() if allowed else self.session_queue
         vhost = self.vhost
         codes, retained = [], []
-        allowed = self._may_subscribe(q)
         for f, qos in filters:
             try:
                 key = topics.binding_key(f)
@@ -358,8 +365,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 codes.append(SUBACK_FAILURE)
                 continue
             if not allowed:
-                log.info("MQTT %s: SUBSCRIBE %r refused: user %s lacks read on amq.topic or write on %s",
-                         self.name, f[:100], self.user.name, q.name)
+                log.info("MQTT %s: SUBSCRIBE %r refused: user %s lacks read on amq.topic or write (and "
+                         "configure, to make it) on %s", self.name, f[:100], self.user.name,
+                         session.queue_name(self.client_id))
                 codes.append(SUBACK_FAILURE)
                 continue
             session.subscribe(vhost, q, key, qos)
@@ -375,11 +383,18 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 for topic, body in store.matching(levels):
                     q.publish_record(_mqtt.build_record(topic, body, qos, True, now))
 
-    def _may_subscribe(self, q):
+    def _may_subscribe(self):
+        """Read on amq.topic and write on the session's queue (LavinMQ's
+        check), and configure on it when it must be made (as declaring it
+        over AMQP)."""
         if not self.config.mqtt_permission_check_enabled:
             return True
-        name = self.vhost.name
-        return self.user.can_read(name, session.EXCHANGE) and self.user.can_write(name, q.name)
+        name, user = self.vhost.name, self.user
+        qname = session.queue_name(self.client_id)
+        if not (user.can_read(name, session.EXCHANGE) and user.can_write(name, qname)):
+            return False
+        q = self.vhost.queues.get(qname)
+        return (q is not None and session.owner(q) == user.name) or user.can_configure(name, qname)
 
     def on_unsubscribe(self, pid, filters):
         q = self.session_queue

@@ -72,7 +72,9 @@ def test_taking_over_a_session_queue_needs_the_configure_right(broker):
 def test_a_refused_connect_leaves_the_connected_client_alone(broker):
     c = Client(broker, "guest-device", user="guest", password="guest")
     assert c.subscribe("news/#", 1) == [1]
-    assert _connack(broker, "guest-device", "carol", "pw") == 5
+    # not authorized (no configure right); with client_id_validation = owner
+    # (the default since row 6) refused sooner: the session is guest's
+    assert _connack(broker, "guest-device", "carol", "pw") in (2, 5)
     assert c.disconnected.empty()
     assert _depth(broker, "mqtt.guest-device") == 0
     c.disconnect()
@@ -87,3 +89,95 @@ def test_a_queue_declared_after_the_connect_is_not_taken_as_the_session(broker):
     assert _depth(broker, "mqtt.late") == 3
     status, bindings = call(broker, "GET", "/api/queues/%2F/mqtt.late/bindings")
     assert [x["source"] for x in bindings] == [""]
+
+
+# -- row 6: MQTT's permission model by default -----------------------------------------------------
+
+def _guest_queue_on_amq_topic(b, name, key="#"):
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True)
+    ch.queue_bind(name, "amq.topic", key)
+    conn.close()
+
+
+@pytest.fixture
+def limited(broker):
+    """dave may use only names starting with dave. (configure, write and read)."""
+    add_user(broker, "dave", "pw", tags="", perms=("^dave\\.", "^dave\\.", "^dave\\."))
+    return broker
+
+
+def test_a_limited_user_reads_and_writes_nothing_of_amq_topic(limited):
+    b = limited
+    _guest_queue_on_amq_topic(b, "guest-inbox")
+    spy = Client(b, "dave.spy", user="dave", password="pw")
+    assert spy.rc == 0
+    assert spy.subscribe("#", 1) == [0x80]
+    writer = Client(b, "dave.writer", user="dave", password="pw", will=("guest/alarm", b"will", 1))
+    writer.publish("guest/alarm", b"forged", qos=0, wait=False)
+    assert writer.disconnected.get(timeout=5) is not None       # the publish closed it; no will
+    guest = Client(b, "guest-reader", user="guest", password="guest")
+    guest.subscribe("#", 1)
+    guest.publish("guest/ok", b"fine", qos=1)
+    assert guest.get().payload == b"fine"
+    guest.nothing()
+    assert _depth(b, "guest-inbox") == 1
+    spy.disconnect()
+    guest.disconnect()
+
+
+def test_another_user_cannot_take_over_a_persistent_session(broker):
+    alice = Client(broker, "shared-id", clean=False, user="alice", password="pw")
+    assert alice.subscribe("alice/inbox", 1) == [1]
+    alice.disconnect()
+    pub = Client(broker, "pub", user="guest", password="guest")
+    pub.publish("alice/inbox", b"for alice only", qos=1)
+    pub.disconnect()
+    # guest may configure everything, but the session is alice's
+    assert _connack(broker, "shared-id", "guest", "guest", clean=False) == 2
+    assert _connack(broker, "shared-id", "guest", "guest", clean=True) == 2
+    # while alice is connected too
+    alice = Client(broker, "shared-id", clean=False, user="alice", password="pw")
+    assert alice.session_present
+    assert alice.get().payload == b"for alice only"
+    assert _connack(broker, "shared-id", "guest", "guest", clean=False) == 2
+    assert alice.disconnected.empty()
+    alice.disconnect()
+    # a clean session's client id is its user's while it is connected
+    bob = Client(broker, "clean-id", user="alice", password="pw")
+    assert _connack(broker, "clean-id", "guest", "guest") == 2
+    bob.disconnect()
+
+
+def test_a_session_owner_cannot_be_forged_over_amqp_or_http(broker):
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare("mqtt.forged", arguments={"x-queue-type": "mqtt", "x-mqtt-owner": "alice"})
+    assert e.value.reply_code == 406
+    conn.close()
+    status, _ = call(broker, "PUT", "/api/queues/%2F/mqtt.forged2",
+                     {"arguments": {"x-queue-type": "mqtt", "x-mqtt-owner": "alice"}})
+    assert status == 400
+
+
+def test_lavinmqs_keys_give_its_behaviour_back(make_broker):  # noqa: F811
+    b = make_broker("[mqtt]\npermission_check_enabled = false\nclient_id_validation = none\n", mqtt=True)
+    add_user(b, "alice", "pw", tags="")
+    add_user(b, "dave", "pw", tags="", perms=("^dave\\.", "^dave\\.", "^dave\\."))
+    spy = Client(b, "dave.spy", user="dave", password="pw")
+    assert spy.subscribe("#", 1) == [1]
+    alice = Client(b, "shared-id", clean=False, user="alice", password="pw")
+    assert alice.subscribe("alice/inbox", 1) == [1]
+    alice.disconnect()
+    pub = Client(b, "pub", user="guest", password="guest")
+    pub.publish("alice/inbox", b"for alice only", qos=1)
+    pub.disconnect()
+    assert spy.get().payload == b"for alice only"      # read without read on amq.topic
+    # guest takes over alice's session, and gets what was queued for her
+    thief = Client(b, "shared-id", clean=False, user="guest", password="guest")
+    assert thief.session_present
+    assert thief.get().payload == b"for alice only"
+    thief.disconnect()
+    spy.disconnect()
