@@ -14,6 +14,7 @@ from lavinmq.mqtt import _mqtt, session, topics
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_CREDENTIALS, IDENTIFIER_REJECTED, NOT_AUTHORIZED, SERVER_UNAVAILABLE,
 )
+from lavinmq.mqtt.retain_delivery import RetainedDelivery
 
 log = logging.getLogger("lavinmq.mqtt")
 _login_log = RateLimitedLog(log, logging.WARNING)
@@ -44,6 +45,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self.keepalive = 0
         self.will = None
         self.session_queue = None
+        self.retained = None            # lavinmq.mqtt.retain_delivery.RetainedDelivery, at a first match
         self.transport_name = "tcp"     # or "websocket"
         self.connected_at = int(time.time() * 1000)
         self.accepted = time.monotonic()
@@ -372,16 +374,16 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 continue
             session.subscribe(vhost, q, key, qos)
             codes.append(qos)
-            retained.append((f.split(b"/"), qos))
+            retained.append((f, qos))
         if self.consumer is not None:
             self.consumer.set_filters(session.filters_for_consumer(vhost, q))
         self.send(_mqtt.suback(pid, codes))
-        if retained:
-            now = int(time.time() * 1000)
-            store = self.broker.retain
-            for levels, qos in retained:
-                for topic, body in store.matching(levels):
-                    q.publish_record(_mqtt.build_record(topic, body, qos, True, now))
+        if retained and len(self.broker.retain):
+            # read and stored off the event loop, at the client's pace
+            if self.retained is None:
+                self.retained = RetainedDelivery(self)
+            for f, qos in retained:
+                self.retained.add(f, f.split(b"/"), qos)
 
     def _may_subscribe(self):
         """Read on amq.topic and write on the session's queue (LavinMQ's
@@ -398,6 +400,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
 
     def on_unsubscribe(self, pid, filters):
         q = self.session_queue
+        if self.retained is not None:
+            for f in filters:
+                self.retained.discard(f)
         if q is not None:
             for f in filters:
                 try:
@@ -444,6 +449,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         if publish_will and self.will is not None and self.vhost is not None:
             self._publish_will()
         self.will = None
+        if self.retained is not None:
+            self.retained.cancel()
         try:
             self._leave_session()
         except Exception:
