@@ -136,6 +136,9 @@ class Config:
     http_unix_path: str = ""
     mqtt_unix_path: str = ""
     tcp_proxy_protocol: bool = False
+    # browsers' WebSocket upgrades taken besides the broker's own origin:
+    # "scheme://host[:port]" list, "*" any (LavinMQ's way); README, "Security"
+    websocket_allowed_origins: str = ""
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
     auth_backends: str = ""
@@ -325,6 +328,7 @@ OPTIONS = {
     "mqtt_unix_path": Option("str", (("mqtt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
     "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
+    "websocket_allowed_origins": Option("origins", (("mgmt", "websocket_allowed_origins"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -435,6 +439,12 @@ def check(field, value, where):
         from lavinmq.proxy_protocol import parse_trusted
         try:
             parse_trusted(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif opt.kind == "origins":
+        from lavinmq.websocket.origin import parse_allowed
+        try:
+            parse_allowed(value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
     elif opt.kind == "choice":
