@@ -60,7 +60,7 @@ async def _errors_and_auth(request, handler):
         return resp
     except AMQPError as exc:
         return error_response(AMQP_STATUS.get(exc.reply_code, 400), "bad_request", exc.reply_text)
-    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError) as exc:
+    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError, RecursionError) as exc:
         # input of a shape no handler checked for: still the client's fault, never a 500
         log.warning("HTTP %s %s: unexpected input: %r", request.method, request.path, exc)
         return error_response(400, "bad_request", f"bad request: {exc}")

@@ -188,6 +188,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self.may_publish = self._may_write_exchange()
         vhost.connections.add(self)
         self.phase = _mqtt.MP_OPEN_
+        # a resource alarm already on holds this publisher too (set_blocked
+        # only tells the connections open when it changes), as AMQP's open does
+        self.state.blocked = self.server.alarm_reason is not None
         if self.ticket is not None:
             self.ticket.login()     # no longer a socket the connection guard may close for room
         self.send(_mqtt.connack(present, 0))
