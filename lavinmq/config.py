@@ -81,6 +81,10 @@ class Config:
     # a minute late); here 1, the heartbeat round's, which checks only
     # connections with unacked deliveries
     consumer_timeout_loop_interval: int = 1
+    # s a clean stop (SIGTERM/SIGINT) gives clients to ack what they hold once
+    # their consumers are cancelled (lavinmq.drain); 0: close at once. Keep it
+    # well below the service's TimeoutStopSec (60 s, packaging/lavinmq.service)
+    shutdown_drain_timeout: float = 5.0
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
     pidfile: str | None = None           # the broker's pid is written here while it runs
@@ -123,6 +127,10 @@ class Config:
     mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
     mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
     mqtt_max_packet_size: int = 268435455
+    # PUBACK/PUBREC once the message is in its queues (LavinMQ, Mosquitto), or
+    # true: once the group commit put it on disk (and, on a cluster's leader,
+    # on the in-sync followers), as AMQP's publisher confirms
+    mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
     # safe defaults, unlike LavinMQ's (false, none): README, "Security"
     mqtt_permission_check_enabled: bool = True
@@ -247,6 +255,7 @@ OPTIONS = {
     "stats_log_size": Option("int", (("main", "stats_log_size"),), lo=2, hi=10_000),   # 28 B/sample/queue
     "consumer_timeout_loop_interval": Option("int", (("main", "consumer_timeout_loop_interval"),), lo=1,
                                              hi=86400),
+    "shutdown_drain_timeout": Option("float", (("main", "shutdown_drain_timeout"),), lo=0, hi=3600),
     "free_disk_warn": Option("int", (("main", "free_disk_warn"),), lo=0, hi=2 ** 63 - 1),
     "max_deleted_definitions": Option("int", (("main", "max_deleted_definitions"),), lo=1, hi=2 ** 31 - 1),
     "tcp_nodelay": Option("bool", (("main", "tcp_nodelay"),)),
@@ -306,6 +315,7 @@ OPTIONS = {
     "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
     "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
     "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_puback_waits_for_disk": Option("bool", (("mqtt", "puback_waits_for_disk"),)),
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),

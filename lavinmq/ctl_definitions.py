@@ -34,41 +34,27 @@ def _jsonable(value):
 
 def _replay(path):
     """(exchanges, queues, bindings) that the frames of one definitions.amqp
-    leave declared, in declaration order."""
-    exchanges, queues, bindings = {}, {}, {}
-    for key, args in defs.DefinitionsFile(path).frames(repair=False):
+    leave declared, in declaration order (defs.live_frames, as a boot)."""
+    f = defs.DefinitionsFile(path)
+    live = defs.live_frames(f.frames(repair=False))
+    exchanges, queues, bindings = [], [], []
+    for i, (key, args) in enumerate(f.frames(repair=False)):
+        if i not in live:
+            continue
         if key == defs.EXCHANGE_DECLARE:
             _, name, type_name, _, durable, auto_delete, internal, _, arguments = args
-            exchanges.setdefault(name, {"name": name, "type": type_name, "durable": durable,
-                                        "auto_delete": auto_delete, "internal": internal,
-                                        "arguments": _jsonable(arguments or {})})
-        elif key == defs.EXCHANGE_DELETE:
-            exchanges.pop(args[1], None)
-            for k in [k for k in bindings if k[0] == args[1] or (k[1] == "exchange" and k[2] == args[1])]:
-                del bindings[k]
+            exchanges.append({"name": name, "type": type_name, "durable": durable,
+                              "auto_delete": auto_delete, "internal": internal,
+                              "arguments": _jsonable(arguments or {})})
         elif key == defs.QUEUE_DECLARE:
             _, name, _, durable, _, auto_delete, _, arguments = args
-            queues.setdefault(name, {"name": name, "durable": durable, "auto_delete": auto_delete,
-                                     "arguments": _jsonable(arguments or {})})
-        elif key == defs.QUEUE_DELETE:
-            queues.pop(args[1], None)
-            for k in [k for k in bindings if k[1] == "queue" and k[2] == args[1]]:
-                del bindings[k]
-        elif key in (defs.QUEUE_BIND, defs.QUEUE_UNBIND, defs.EXCHANGE_BIND, defs.EXCHANGE_UNBIND):
-            if key in (defs.QUEUE_BIND, defs.QUEUE_UNBIND):
-                dest, source, rk = args[1], args[2], args[3]
-                kind = "queue"
-            else:
-                dest, source, rk = args[1], args[2], args[3]
-                kind = "exchange"
-            arguments = _jsonable(args[-1] or {})
-            k = (source, kind, dest, rk, orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS))
-            if key in (defs.QUEUE_BIND, defs.EXCHANGE_BIND):
-                bindings.setdefault(k, {"source": source, "destination": dest, "destination_type": kind,
-                                        "routing_key": rk, "arguments": arguments})
-            else:
-                bindings.pop(k, None)
-    return list(exchanges.values()), list(queues.values()), list(bindings.values())
+            queues.append({"name": name, "durable": durable, "auto_delete": auto_delete,
+                           "arguments": _jsonable(arguments or {})})
+        elif key in (defs.QUEUE_BIND, defs.EXCHANGE_BIND):
+            bindings.append({"source": args[2], "destination": args[1],
+                             "destination_type": "queue" if key == defs.QUEUE_BIND else "exchange",
+                             "routing_key": args[3], "arguments": _jsonable(args[-1] or {})})
+    return exchanges, queues, bindings
 
 
 def from_data_dir(data_dir):

@@ -26,6 +26,59 @@ KNOWN = {EXCHANGE_DECLARE, EXCHANGE_DELETE, EXCHANGE_BIND, EXCHANGE_UNBIND,
          QUEUE_DECLARE, QUEUE_BIND, QUEUE_DELETE, QUEUE_UNBIND}
 
 
+def _frozen(value):
+    """A hashable, order-independent form of a field table (binding arguments)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def live_frames(frames):
+    """The ordinals (in `frames`) of the declarations and bindings that the
+    whole log leaves standing. Replay takes only these, in file order, and
+    never replays a removal: a queue declared, deleted and declared again
+    is opened once, over the directory that belongs to its last
+    declaration. Replaying the delete would remove that directory, and with
+    it the confirmed messages of the live queue.
+
+    A removal takes what it took at runtime without frames of its own:
+    a deleted queue its bindings, a deleted exchange the bindings from it
+    and those to it. Cascades that did write frames (auto-delete exchanges)
+    come as their own deletes. Only names and binding keys are held, never
+    the decoded arguments of every declaration at once."""
+    exchanges, queues, bindings = {}, {}, {}
+    attached = {}           # ("x"|"q", name) -> binding keys that go with it
+    for i, (key, args) in enumerate(frames):
+        if key == EXCHANGE_DECLARE:
+            exchanges.setdefault(args[1], i)
+        elif key == QUEUE_DECLARE:
+            queues.setdefault(args[1], i)
+        elif key in (EXCHANGE_DELETE, QUEUE_DELETE):
+            kind = "x" if key == EXCHANGE_DELETE else "q"
+            (exchanges if kind == "x" else queues).pop(args[1], None)
+            for k in attached.pop((kind, args[1]), ()):
+                bindings.pop(k, None)
+        elif key in (QUEUE_BIND, EXCHANGE_BIND, QUEUE_UNBIND, EXCHANGE_UNBIND):
+            kind = "q" if key in (QUEUE_BIND, QUEUE_UNBIND) else "x"
+            dest, source, rk = args[1], args[2], args[3]
+            k = (kind, dest, source, rk, _frozen(args[-1] or {}))
+            if key in (QUEUE_BIND, EXCHANGE_BIND):
+                if k not in bindings:
+                    bindings[k] = i
+                    attached.setdefault((kind, dest), set()).add(k)
+                    attached.setdefault(("x", source), set()).add(k)
+            else:
+                bindings.pop(k, None)
+    live = set(exchanges.values())
+    live.update(queues.values())
+    live.update(bindings.values())
+    return live
+
+
 class DefinitionsFile:
     def __init__(self, path, syncer=None):
         self.path = path

@@ -6,7 +6,7 @@ import logging
 import os
 import shutil
 
-from lavinmq import definitions as defs
+from lavinmq import definitions as defs, store_dirs
 from lavinmq.errors import ResourceError
 from lavinmq.exchange import DefaultExchange, Exchange
 
@@ -19,8 +19,13 @@ class DefinitionsStore:
         self.file = defs.DefinitionsFile(os.path.join(vhost.dir, "definitions.amqp"), syncer)
 
     def load(self):
-        """Replay the file at boot, write back what survived, open it for appends."""
-        for key, args in self.file.frames():
+        """Replay the file at boot, write back what survived, open it for appends.
+        Two reads: the first finds what the log leaves standing, the second
+        declares just that (defs.live_frames says why no removal is replayed)."""
+        live = defs.live_frames(self.file.frames())
+        for i, (key, args) in enumerate(self.file.frames()):
+            if i not in live:
+                continue
             try:
                 self._replay(key, args)
             except Exception as exc:
@@ -38,6 +43,9 @@ class DefinitionsStore:
         to a bug or a damaged file) are reported and moved out of the way to
         orphaned/, never silently deleted: they may hold the only copy of
         confirmed messages."""
+        swept = store_dirs.sweep(self.vhost.dir)
+        if swept:
+            log.info("vhost %s: removed %d directories of queues deleted before a crash", self.vhost.name, swept)
         owned = {os.path.basename(q.store.dir) for q in self.vhost.queues.values()}
         owned.update(os.path.basename(ex.persist.store.dir) for ex in self.vhost.exchanges.values()
                      if ex.persist is not None)
@@ -63,29 +71,20 @@ class DefinitionsStore:
                       self.vhost.name, entry, len(segments), dest)
 
     def _replay(self, key, args):
+        """One standing declaration or binding (never a removal)."""
         vhost = self.vhost
         if key == defs.EXCHANGE_DECLARE:
             _, name, type_name, _, durable, auto_delete, internal, _, arguments = args
             vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments, persist=False)
-        elif key == defs.EXCHANGE_DELETE:
-            vhost.delete_exchange(args[1], persist=False)
         elif key == defs.QUEUE_DECLARE:
             _, name, _, durable, exclusive, auto_delete, _, arguments = args
             vhost.declare_queue(name, durable, None, auto_delete, arguments, persist=False)
-        elif key == defs.QUEUE_DELETE:
-            vhost.delete_queue(args[1], persist=False)
         elif key == defs.QUEUE_BIND:
             _, queue, exchange, rk, _, arguments = args
             vhost.bind_queue(queue, exchange, rk, arguments, persist=False)
-        elif key == defs.QUEUE_UNBIND:
-            _, queue, exchange, rk, arguments = args
-            vhost.unbind_queue(queue, exchange, rk, arguments, persist=False)
         elif key == defs.EXCHANGE_BIND:
             _, dest, src, rk, _, arguments = args
             vhost.bind_exchange(dest, src, rk, arguments, persist=False)
-        elif key == defs.EXCHANGE_UNBIND:
-            _, dest, src, rk, _, arguments = args
-            vhost.unbind_exchange(dest, src, rk, arguments, persist=False)
 
     def live_frames(self):
         """The frames that declare what is durable now (a compacted file)."""

@@ -1,11 +1,7 @@
-# Included by queue.pyx: the map from a message's position to how often it
-# was delivered (x-delivery-count, the delivery limit), kept only for
-# queues that ask for it.
-
-
-cdef inline uint64_t sp_key(SP sp) noexcept:
-    return (<uint64_t>sp.seg << 32) | sp.pos
-
+# Included by segment.pyx: a map from a message's position to a count.
+# A queue with a delivery limit keeps how often each message was delivered
+# (x-delivery-count); a store keeps what its requeued.N files say of the
+# messages requeued and not yet acked (redelivered, their deliveries).
 
 cdef class CountMap:
     """Linear probing with backward-shift deletion; key 0 is never a

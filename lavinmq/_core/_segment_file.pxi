@@ -1,6 +1,7 @@
-# Included by segment.pyx: one segment file (msgs.N) and its ack file
-# (acks.N): the record layout, the mapping, disk reservations ahead of
-# the writer, and the deleted positions waiting to be written.
+# Included by segment.pyx: one segment file (msgs.N), its ack file
+# (acks.N) and its requeued file (requeued.N): the record layout, the
+# mapping, disk reservations ahead of the writer, and the deleted and
+# requeued positions waiting to be written.
 
 
 cdef Py_ssize_t record_len(const char *p, Py_ssize_t avail) except -2:
@@ -155,6 +156,7 @@ cdef class Segment:
         self.ack_path = os.path.join(directory, "acks.%010d" % seg_id)
         self.fd = -1
         self.ack_fd = -1
+        self.rq_fd = -1
         self.base = NULL
         self.zero_step = PREFILL_CHUNK
 
@@ -165,8 +167,17 @@ cdef class Segment:
             c_close(self.fd)
         if self.ack_fd >= 0:
             c_close(self.ack_fd)
+        if self.rq_fd >= 0:
+            c_close(self.rq_fd)
         free(self.pending)
         free(self.deleted)
+        free(self.rq_pending)
+        free(self.redeliv)
+
+    @property
+    def requeued_path(self):
+        """requeued.N beside msgs.N: made only for a segment with a requeued message."""
+        return os.path.join(os.path.dirname(self.path), "requeued.%010d" % self.id)
 
     cdef int map(self) except -1:
         """Map the segment read-only (sealed) or read-write (write segment)."""
@@ -334,6 +345,55 @@ cdef class Segment:
                 hi = mid
         return lo < self.n_deleted and self.deleted[lo] == pos
 
+    cdef int add_requeue(self, uint32_t pos, uint32_t deliveries) except -1:
+        cdef uint32_t *n
+        if self.n_rq_pending == self.cap_rq_pending:
+            self.cap_rq_pending = self.cap_rq_pending * 2 if self.cap_rq_pending else 16
+            n = <uint32_t *>realloc(self.rq_pending, self.cap_rq_pending * 2 * sizeof(uint32_t))
+            if n is NULL:
+                raise MemoryError()
+            self.rq_pending = n
+        self.rq_pending[2 * self.n_rq_pending] = pos
+        self.rq_pending[2 * self.n_rq_pending + 1] = deliveries
+        self.n_rq_pending += 1
+        return 0
+
+    cdef int flush_requeues(self) except -1:
+        """Append the pending (position, deliveries) pairs to requeued.N.
+        -> 0, or 1 when the disk is full: they stay pending. A torn pair is
+        cut, as a torn ack entry is, so pairs never shift."""
+        cdef Py_ssize_t n = self.n_rq_pending * 2 * sizeof(uint32_t)
+        cdef Py_ssize_t w
+        cdef int err
+        if self.n_rq_pending == 0:
+            return 0
+        if self.rq_fd < 0:
+            self.rq_fd = c_open(self.requeued_path.encode(), O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            if self.rq_fd < 0:
+                if errno == ENOSPC or errno == EDQUOT:
+                    return 1
+                PyErr_SetFromErrno(OSError)
+                return -1
+            self.rq_file = True
+        size = os.fstat(self.rq_fd).st_size
+        w = c_write(self.rq_fd, <char *>self.rq_pending, n)
+        if w != n:
+            err = errno
+            os.ftruncate(self.rq_fd, size)      # all or nothing: a few pairs a flush
+            if w < 0 and err != ENOSPC and err != EDQUOT:
+                PyErr_SetFromErrno(OSError)
+                return -1
+            return 1
+        self.n_rq_pending = 0
+        return 0
+
+    cdef bint redelivered_at_boot(self, uint32_t pos):
+        """Was the message at pos (the reader's next, positions rising) requeued
+        before the restart? The reader walks the pairs once."""
+        while self.redeliv_at < self.n_redeliv and self.redeliv[2 * self.redeliv_at] < pos:
+            self.redeliv_at += 1
+        return self.redeliv_at < self.n_redeliv and self.redeliv[2 * self.redeliv_at] == pos
+
     def close_files(self):
         self.take_prefill()
         self.unmap()
@@ -343,6 +403,9 @@ cdef class Segment:
         if self.ack_fd >= 0:
             c_close(self.ack_fd)
             self.ack_fd = -1
+        if self.rq_fd >= 0:
+            c_close(self.rq_fd)
+            self.rq_fd = -1
 
     @property
     def mapped(self):

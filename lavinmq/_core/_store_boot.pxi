@@ -8,8 +8,9 @@ cdef tuple load_store(MessageStore self):
     """Read a store back from its directory at boot.
     -> (the queue keeps commit records, recovered from a power cut)"""
     cdef Segment s
-    ids = sorted(int(f[5:]) for f in os.listdir(self.path())
-                 if f.startswith("msgs.") and f[5:].isdigit())
+    names = os.listdir(self.path())
+    ids = sorted(int(f[5:]) for f in names if f.startswith("msgs.") and f[5:].isdigit())
+    requeued = {int(f[9:]) for f in names if f.startswith("requeued.") and f[9:].isdigit()}
     had_commits, slots = commits.read_slots(self.path())
     slot = slots[0] if slots else None
     verified = {}
@@ -19,7 +20,7 @@ cdef tuple load_store(MessageStore self):
         # first): keep what the commits vouch for (lavinmq/commit.py)
         keep, remove = commits.recovery_plan(self.path(), ids, slots)
         for seg_id in remove:
-            for name in ("msgs.%010d", "acks.%010d"):
+            for name in ("msgs.%010d", "acks.%010d", "requeued.%010d"):
                 try:
                     os.unlink(os.path.join(self.path(), name % seg_id))
                 except FileNotFoundError:
@@ -53,6 +54,8 @@ cdef tuple load_store(MessageStore self):
             self.more_segs().append(None)
         s = Segment(seg_id, self.path())
         load_segment(self, s, i == len(ids) - 1, verified.get(seg_id, -1))
+        if seg_id in requeued:
+            load_requeued(self, s)
         self.more_segs().append(s)
     for i in range(len(self.segs) - 1):
         s = self.segs[i]
@@ -168,3 +171,43 @@ cdef Py_ssize_t read_acks(Segment s, uint32_t **out) except -1:
             k += 1
     out[0] = arr
     return k
+
+cdef int load_requeued(MessageStore self, Segment s) except -1:
+    """requeued.N of a loaded segment: the messages still there (not acked,
+    inside the records) come back redelivered, with their deliveries. The
+    newest pair of a position counts. Pairs of messages that are gone are
+    left out of a rewritten file, so that a record written later at the
+    same position (after a power cut cut the segment back) is not taken
+    for a requeued one."""
+    cdef Py_ssize_t i, n
+    cdef uint32_t *arr
+    cdef SP sp
+    s.rq_file = True
+    with open(s.requeued_path, "rb") as f:
+        data = f.read()
+    n = len(data) // 8
+    latest = {}
+    for i in range(n):
+        pos = int.from_bytes(data[8 * i:8 * i + 4], "little")
+        latest[pos] = int.from_bytes(data[8 * i + 4:8 * i + 8], "little")
+    live = sorted((pos, d) for pos, d in latest.items()
+                  if SEGMENT_HEADER <= pos < s.size and not (s.n_deleted and s.is_deleted_at_boot(pos)))
+    if len(live) != n:
+        with open(s.requeued_path, "wb") as f:
+            f.write(b"".join(pos.to_bytes(4, "little") + d.to_bytes(4, "little") for pos, d in live))
+    if not live:
+        return 0
+    arr = <uint32_t *>malloc(len(live) * 2 * sizeof(uint32_t))
+    if arr is NULL:
+        raise MemoryError()
+    if self.requeues is None:
+        self.requeues = CountMap()
+    sp.seg = s.id
+    for i, (pos, d) in enumerate(live):
+        arr[2 * i] = pos
+        arr[2 * i + 1] = d
+        sp.pos = pos
+        self.requeues.put(sp_key(sp), d)
+    s.redeliv = arr
+    s.n_redeliv = len(live)
+    return 0

@@ -1,7 +1,7 @@
 # cython: language_level=3
 import os
-import shutil
 
+from lavinmq import store_dirs
 from lavinmq.clustering import changes
 
 from libc.stdint cimport uint32_t, uint64_t
@@ -99,10 +99,10 @@ cdef class PriorityMessageStore(MessageStore):
     cdef int delete(self, SP sp) except -1:
         return self.level_store(&sp).delete(sp)
 
-    cdef int requeue(self, SP sp) except -1:
+    cdef int requeue(self, SP sp, uint32_t deliveries=1) except -1:
         cdef int level = sp.seg >> LEVEL_SHIFT
         cdef MessageStore st = self.level_store(&sp)
-        st.requeue(sp)
+        st.requeue(sp, deliveries)
         self.ready += 1
         self.ready_bytes += sp.size
         if self.track_body:
@@ -110,6 +110,11 @@ cdef class PriorityMessageStore(MessageStore):
         if level > self.top:
             self.top = level
         return 0
+
+    def redelivery_counts(self):
+        """Each level's, with the level in the key's segment id as in an SP."""
+        return [(key | (<uint64_t>level << (32 + LEVEL_SHIFT)), n)
+                for level, st in enumerate(self.stores) for key, n in st.redelivery_counts()]
 
     cdef int flush_acks(self) except -1:
         for st in self.stores:
@@ -163,7 +168,7 @@ cdef class PriorityMessageStore(MessageStore):
 
     def destroy(self):
         self.close()
-        shutil.rmtree(self.path(), ignore_errors=True)
+        store_dirs.remove(self.path())
         changes.removed(self.path())
 
     def write_segments(self):

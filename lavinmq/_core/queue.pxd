@@ -4,7 +4,7 @@
 # Control (declare, policies, auto-delete, expiry of the queue) lives in the
 # Python subclass.
 from libc.stdint cimport uint32_t, uint64_t, int64_t
-from lavinmq._core.segment cimport MessageStore, SP
+from lavinmq._core.segment cimport MessageStore, SP, CountMap
 from lavinmq._core.routing cimport Exchange, RoutingVersion
 from lavinmq._core.dedup cimport Deduper
 
@@ -18,20 +18,6 @@ cdef enum:
     # expiry checks run at most this often per queue (ms)
     EXPIRY_MIN_INTERVAL = 10
     EXPIRY_BUDGET = 16384       # messages one expiry pass drops before yielding to the loop
-
-
-cdef class CountMap:
-    # (segment, position) -> count, for the messages a queue with a
-    # delivery limit has delivered: open addressing, no object per entry
-    cdef:
-        uint64_t *keys
-        uint32_t *vals
-        Py_ssize_t cap
-        readonly Py_ssize_t size
-    cdef Py_ssize_t slot(self, uint64_t key) noexcept
-    cdef uint32_t get(self, uint64_t key)
-    cdef int put(self, uint64_t key, uint32_t val) except -1
-    cdef void remove(self, uint64_t key)
 
 
 cdef class ConsumerBase:

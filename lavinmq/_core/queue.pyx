@@ -1,8 +1,8 @@
 # cython: language_level=3
 # A queue over its message store: publish, expiry, dropping and
 # dead-lettering, settings from arguments and policies, delivery to
-# consumers. Included: _count_map.pxi (delivery counts) and
-# _delivery_pass.pxi (the once-per-loop-iteration delivery scheduler).
+# consumers. Included: _delivery_pass.pxi (the once-per-loop-iteration
+# delivery scheduler).
 import asyncio
 import logging
 
@@ -21,7 +21,7 @@ from lavinmq._core.props cimport (
 )
 from lavinmq._core.routing cimport Exchange, RouteOut, acquire_route_out, release_route_out
 from lavinmq._core.exchange_store cimport keep_routed
-from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE
+from lavinmq._core.segment cimport MessageStore, SP, APPEND_NO_SPACE, CountMap, sp_key
 
 log = logging.getLogger("lavinmq.queue")
 
@@ -59,7 +59,6 @@ REASON_NAMES = {DL_REJECTED: "rejected", DL_EXPIRED: "expired", DL_MAXLEN: "maxl
                 DL_DELIVERY_LIMIT: "delivery_limit"}
 
 
-include "_count_map.pxi"
 include "_delivery_pass.pxi"
 
 
@@ -534,11 +533,12 @@ cdef class Queue:
         self.unacked_bytes -= sp.size
         cdef QueueExtras x = self.x
         if requeue:
-            if (x is not None and x.delivery_limit >= 0
-                    and x.deliveries.get(sp_key(sp)) > <uint64_t>x.delivery_limit):
+            if x is None or x.deliveries is None:
+                self.store.requeue(sp)
+            elif x.delivery_limit >= 0 and x.deliveries.get(sp_key(sp)) > <uint64_t>x.delivery_limit:
                 self.drop(self.store.read(sp), sp, DL_DELIVERY_LIMIT)
             else:
-                self.store.requeue(sp)
+                self.store.requeue(sp, x.deliveries.get(sp_key(sp)))
         else:
             if x is not None:
                 if x.dlx is not None:
@@ -607,6 +607,9 @@ cdef class Queue:
         x.delivery_limit = -1 if limit is None else limit
         if x.delivery_limit >= 0 and x.deliveries is None:
             x.deliveries = CountMap()
+            # what requeued.N kept of deliveries before a restart
+            for key, n in self.store.redelivery_counts():
+                x.deliveries.put(key, n)
 
     # the extras that the API and tests read, as attributes
 

@@ -18,6 +18,25 @@ cdef struct SP:
     uint32_t size
 
 
+cdef inline uint64_t sp_key(SP sp) noexcept:
+    return (<uint64_t>sp.seg << 32) | sp.pos
+
+
+cdef class CountMap:
+    # (segment, position) -> count without an object per entry (open
+    # addressing): a queue's deliveries under a delivery limit, a store's
+    # requeued messages (_count_map.pxi)
+    cdef:
+        uint64_t *keys
+        uint32_t *vals
+        Py_ssize_t cap
+        readonly Py_ssize_t size
+    cdef Py_ssize_t slot(self, uint64_t key) noexcept
+    cdef uint32_t get(self, uint64_t key)
+    cdef int put(self, uint64_t key, uint32_t val) except -1
+    cdef void remove(self, uint64_t key)
+
+
 cdef class Segment:
     cdef:
         readonly uint32_t id
@@ -43,6 +62,17 @@ cdef class Segment:
         Py_ssize_t cap_pending
         uint32_t *deleted       # sorted positions deleted before the reader got here (from boot)
         Py_ssize_t n_deleted
+        # requeued.N: (position, deliveries) pairs of messages requeued, so
+        # that redelivered and x-delivery-count outlive a restart. Only a
+        # segment with a requeued message has the file.
+        uint32_t *rq_pending    # pairs not yet written
+        Py_ssize_t n_rq_pending
+        Py_ssize_t cap_rq_pending
+        int rq_fd
+        bint rq_file            # requeued.N exists
+        uint32_t *redeliv       # from boot: sorted (position, deliveries) pairs, ready messages only
+        Py_ssize_t n_redeliv    # pairs
+        Py_ssize_t redeliv_at   # the reader's place in them
 
     cdef int map(self) except -1
     cdef int prefill(self, Py_ssize_t upto) except -1
@@ -52,6 +82,9 @@ cdef class Segment:
     cdef int add_pending(self, uint32_t pos) except -1
     cdef int flush_pending(self) except -1
     cdef bint is_deleted_at_boot(self, uint32_t pos)
+    cdef int add_requeue(self, uint32_t pos, uint32_t deliveries) except -1
+    cdef int flush_requeues(self) except -1
+    cdef bint redelivered_at_boot(self, uint32_t pos)
 
 
 cdef class MessageStore:
@@ -101,6 +134,9 @@ cdef class MessageStore:
         double last_commit_at   # monotonic time take_sync last took a commit
         Py_ssize_t zero_step    # what its write segments get: fine while commits come often
         set acks_to_sync        # ack files written since the last flush
+        # messages requeued and not yet deleted -> deliveries, as their
+        # segments' requeued.N files have them (None until a requeue)
+        CountMap requeues
 
     cdef str path(self)
     cdef list more_segs(self)
@@ -112,7 +148,8 @@ cdef class MessageStore:
     cdef const char *peek(self, SP *out) except? NULL
     cdef const char *read(self, SP sp) except NULL
     cdef int delete(self, SP sp) except -1
-    cdef int requeue(self, SP sp) except -1
+    cdef int requeue(self, SP sp, uint32_t deliveries=*) except -1
+    cdef int note_requeue(self, SP sp, uint32_t deliveries) except -1
     cdef int flush_acks(self) except -1
     cdef void pace_zeros(self)
     cdef int maybe_drop_segment(self, Segment s) except -1

@@ -1,9 +1,9 @@
 # cython: language_level=3
 # The message store of a queue (MessageStore: append, shift, ack, requeue,
-# group commit) over its segment files. Three topic files are included:
-# _segment_file.pxi (one segment file and its ack file), _prefill.pxi (its
-# zeros ahead of the writer, from a thread) and _store_boot.pxi (reading a
-# store back at boot).
+# group commit) over its segment files. Four topic files are included:
+# _segment_file.pxi (one segment file, its ack file and its requeued file),
+# _prefill.pxi (its zeros ahead of the writer, from a thread),
+# _store_boot.pxi (reading a store back at boot) and _count_map.pxi.
 import hashlib
 import logging
 import os
@@ -21,7 +21,7 @@ from cpython.exc cimport PyErr_SetFromErrno
 from lavinmq._core.buffer cimport le32, le64, put_le32, put_le64
 from lavinmq._core.codec cimport props_convert
 from lavinmq._core.props cimport record_body_len
-from lavinmq import commit as commits
+from lavinmq import commit as commits, store_dirs
 from lavinmq.clustering import changes
 
 log = logging.getLogger("lavinmq.store")
@@ -64,6 +64,7 @@ class DiskFull(OSError):
     """No space for a new segment or its first blocks."""
 
 
+include "_count_map.pxi"
 include "_prefill.pxi"
 include "_segment_file.pxi"
 include "_store_boot.pxi"
@@ -278,9 +279,10 @@ cdef class MessageStore:
             return
         s.dropped = True
         s.n_pending = 0      # its ack file goes with it
+        s.n_rq_pending = 0
         self.sync_dir = True
         s.close_files()
-        for p in (s.path, s.ack_path):
+        for p in ((s.path, s.ack_path, s.requeued_path) if s.rq_file else (s.path, s.ack_path)):
             try:
                 os.unlink(p)
             except FileNotFoundError:
@@ -543,6 +545,8 @@ cdef class MessageStore:
                 self.rpos += n
                 if s.n_deleted and s.is_deleted_at_boot(out.pos):
                     continue
+                if s.n_redeliv and s.redelivered_at_boot(out.pos):
+                    redelivered[0] = True
                 self.ready -= 1
                 self.ready_bytes -= n
                 if self.track_body:
@@ -574,6 +578,9 @@ cdef class MessageStore:
         free(old.deleted)
         old.deleted = NULL
         old.n_deleted = 0
+        free(old.redeliv)
+        old.redeliv = NULL
+        old.n_redeliv = 0
         if not old.writable:
             old.unmap()
         self.maybe_drop_segment(old)
@@ -621,19 +628,49 @@ cdef class MessageStore:
         cdef Segment s = self.segment(sp.seg)
         if s is None:
             return 0
-        if s.n_pending == 0:
+        if s.n_pending == 0 and s.n_rq_pending == 0:
             if self.dirty is None:
                 self.dirty = []
             self.dirty.append(s)
+        if self.requeues is not None and self.requeues.size:
+            self.requeues.remove(sp_key(sp))
         s.add_pending(sp.pos)
         s.ack_count += 1
         if self.group_commit is not None and not self.sync_marked:
             self.mark_for_sync()     # acks reach the disk with the next flush too
         return 0
 
-    cdef int requeue(self, SP sp) except -1:
+    cdef int note_requeue(self, SP sp, uint32_t deliveries) except -1:
+        """The message goes back to the queue after `deliveries` deliveries
+        (at least one): its segment's requeued.N says so from the next
+        flush on, unless it says so already. Once per message for a queue
+        without a delivery limit; with one, once per delivery, which the
+        limit bounds."""
+        cdef uint64_t key = sp_key(sp)
+        cdef Segment s
+        if deliveries == 0:
+            deliveries = 1
+        if self.requeues is None:
+            self.requeues = CountMap()
+        elif self.requeues.get(key) == deliveries:
+            return 0
+        s = self.segment(sp.seg)
+        if s is None:
+            return 0
+        self.requeues.put(key, deliveries)
+        if s.n_pending == 0 and s.n_rq_pending == 0:
+            if self.dirty is None:
+                self.dirty = []
+            self.dirty.append(s)
+        s.add_requeue(sp.pos, deliveries)
+        if self.group_commit is not None and not self.sync_marked:
+            self.mark_for_sync()
+        return 0
+
+    cdef int requeue(self, SP sp, uint32_t deliveries=1) except -1:
         cdef Py_ssize_t lo = 0, hi = self.n_requeued, mid
         cdef SP *n
+        self.note_requeue(sp, deliveries)
         if self.n_requeued == self.cap_requeued:
             self.cap_requeued = self.cap_requeued * 2 if self.cap_requeued else 16
             n = <SP *>realloc(self.requeued, self.cap_requeued * sizeof(SP))
@@ -665,6 +702,19 @@ cdef class MessageStore:
             s = <Segment>x
             if s.dropped:
                 continue
+            if s.n_rq_pending:
+                if self.group_commit is not None:
+                    if s.rq_fd < 0:
+                        self.sync_dir = True
+                    if self.acks_to_sync is None:
+                        self.acks_to_sync = set()
+                    self.acks_to_sync.add(s.requeued_path)
+                if s.flush_requeues():
+                    if self.dirty is None:
+                        self.dirty = []
+                    self.dirty.append(s)    # disk full: try again on the next flush
+                if s.n_pending == 0:
+                    continue
             if self.group_commit is not None:
                 if s.ack_fd < 0:
                     self.sync_dir = True     # the ack file may be new: its name too
@@ -730,6 +780,17 @@ cdef class MessageStore:
         self.ready_body = total
         self.track_body = True
 
+    def redelivery_counts(self):
+        """-> [(sp key, deliveries)] of the messages requeued and still
+        here (from requeued.N at boot, and since): a queue that starts
+        counting deliveries (a delivery limit) starts from these. Once per
+        queue, not per message."""
+        cdef CountMap m = self.requeues
+        cdef Py_ssize_t i
+        if m is None or not m.size:
+            return []
+        return [(m.keys[i], m.vals[i]) for i in range(m.cap) if m.keys[i]]
+
     def unmap_idle(self):
         """Unmap every segment but the reader's and the writer's, and those
         too when nothing was written since the last call: RSS stays flat
@@ -754,9 +815,8 @@ cdef class MessageStore:
 
     def destroy(self):
         """Close and remove every file of the store (queue deleted)."""
-        import shutil
         self.close()
-        shutil.rmtree(self.path(), ignore_errors=True)
+        store_dirs.remove(self.path())
         changes.removed(self.path())
 
     def write_segments(self):
@@ -807,10 +867,10 @@ cdef class MessageStore:
         s.seg, s.pos, s.size = sp
         self.delete(s)
 
-    def py_requeue(self, tuple sp):
+    def py_requeue(self, tuple sp, uint32_t deliveries=1):
         cdef SP s
         s.seg, s.pos, s.size = sp
-        self.requeue(s)
+        self.requeue(s, deliveries)
 
     def py_flush(self):
         self.flush_acks()

@@ -45,12 +45,13 @@ ISR_RETRY = 0.5                     # s between attempts to write the ISR while 
 SYNC_GRACE = 2.0                    # s a confirm waits for a connected ISR member to finish its sync
                                     # (after a failover they all sync again) before it is written out
 SEGMENT_HEADER = 4
-APPENDED = ("acks.", "definitions.amqp", "consumer_offsets")   # files only ever appended to (or replaced)
+APPENDED = ("definitions.amqp", "consumer_offsets")   # files only ever appended to (or replaced)
+APPENDED_PREFIXES = ("acks.", "requeued.")
 
 
 def appended_file(rel):
     name = rel.rsplit("/", 1)[-1]
-    return name.startswith(APPENDED[0]) or name in APPENDED[1:]
+    return name.startswith(APPENDED_PREFIXES) or name in APPENDED
 
 
 class FollowerLink:

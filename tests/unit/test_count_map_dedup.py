@@ -5,7 +5,7 @@ import struct
 
 from lavinmq._core.codec import encode_properties
 from lavinmq._core.dedup import Deduper
-from lavinmq._core.queue import CountMap
+from lavinmq._core.segment import CountMap
 
 
 def test_count_map_matches_a_dict():

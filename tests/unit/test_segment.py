@@ -215,3 +215,55 @@ def test_zero_tail_of_a_sealed_segment_is_fine(tmp_path):
         f.write(b"\x00" * 1000)
     s = MessageStore(str(tmp_path), 4096)
     assert not s.closed and s.ready == len(recs)
+
+
+def test_requeued_messages_come_back_redelivered_after_a_restart(tmp_path):
+    """requeued.N: redelivered and the deliveries so far outlive the store
+    (issue 40, LavinMQ #1911); acked ones are left out."""
+    s = MessageStore(str(tmp_path), 4096)
+    recs = [record(b"m%d" % i) for i in range(6)]
+    for r in recs:
+        s.py_append(r)
+    got = [s.py_shift() for _ in range(4)]
+    s.py_requeue(got[1][0], 3)
+    s.py_requeue(got[2][0])
+    s.py_requeue(got[0][0], 2)
+    m = s.py_shift()                   # m0 again, then acked: not redelivered after the restart
+    assert m[1] == recs[0] and m[2]
+    s.py_delete(m[0])
+    s.py_delete(got[3][0])
+    s.close()
+    assert os.path.exists(tmp_path / "requeued.0000000001")
+    s2 = MessageStore(str(tmp_path), 4096)
+    assert sorted(n for _, n in s2.redelivery_counts()) == [1, 3]
+    after = drain(s2)
+    assert [(g[1], g[2]) for g in after] == [(recs[1], True), (recs[2], True), (recs[4], False), (recs[5], False)]
+    s2.close()
+
+
+def test_requeued_file_goes_with_its_segment(tmp_path):
+    s = MessageStore(str(tmp_path), 256)
+    for i in range(40):
+        s.py_append(record(b"x%02d" % i))
+    first = s.py_shift()
+    s.py_requeue(first[0])
+    s.py_flush()
+    assert os.path.exists(tmp_path / "requeued.0000000001")
+    for g in drain(s):
+        s.py_delete(g[0])
+    s.py_flush()
+    assert not os.path.exists(tmp_path / "requeued.0000000001")
+    assert not os.path.exists(tmp_path / "msgs.0000000001")
+    s.close()
+
+
+def test_requeued_file_written_once_per_message_without_counts(tmp_path):
+    """A consumer that rejects with requeue in a loop writes one pair, not one a reject."""
+    s = MessageStore(str(tmp_path), 4096)
+    s.py_append(record(b"poison"))
+    for _ in range(1000):
+        sp = s.py_shift()[0]
+        s.py_requeue(sp)
+        s.py_flush()
+    assert os.path.getsize(tmp_path / "requeued.0000000001") == 8
+    s.close()
