@@ -147,7 +147,7 @@ cdef class SessionConsumer(ConsumerBase):
 
     cdef bint has_capacity(self):
         cdef ConnState st = self.st
-        if st.paused or st.closed or self.conn.phase != MP_OPEN:
+        if st.paused or st.closed or self.conn.phase != MP_OPEN or self.conn.output_held:
             return False
         if self.no_ack:
             return True

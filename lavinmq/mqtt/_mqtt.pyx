@@ -413,7 +413,7 @@ cdef class MQTTCore:
 
     def flush(self):
         cdef WriteBuffer wb = self.state.wbuf
-        if wb.len == 0:
+        if wb.len == 0 or self.output_held:
             return
         if self.transport is None:
             wb.clear()
@@ -422,16 +422,14 @@ cdef class MQTTCore:
         self.last_send = monotonic()
         self.transport.write(wb.take())
 
-    def send_packets(self, list buffers):
-        """Whole packets made elsewhere (retained messages, lavinmq.mqtt.
-        retain_delivery), after what the output buffer holds: written as
-        they are, not copied (a transport keeps a reference)."""
-        self.flush()
+    def send_raw(self, buf):
+        """Part of a packet made elsewhere (a retained message, lavinmq.mqtt.
+        retain_delivery), written as it is; the caller holds other output
+        back (output_held) until its packet is whole."""
         if self.transport is None:
             return
-        for buf in buffers:
-            self.state.send_oct += len(buf)
-            self.transport.write(buf)
+        self.state.send_oct += len(buf)
+        self.transport.write(buf)
         self.last_send = monotonic()
 
     def send(self, bytes data):

@@ -57,7 +57,8 @@ def _read_body(path):
     try:
         size = os.fstat(fd).st_size
         if size >= MAP_FROM:
-            return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            # a memoryview: asyncio's transports take no mmap object itself
+            return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
         return os.pread(fd, size, 0) if size else None
     finally:
         os.close(fd)

@@ -14,10 +14,11 @@ task:
   most BATCH_BYTES (or one larger message) at a time, in retain.READERS
   threads for the whole broker;
 - writes them to the connection's transport as they are, never copied on
-  the loop (after what its output buffer holds, so packets never
-  interleave), with packet ids from the session's window for QoS 1 and 2
-  -- not through the session's queue, whose store copied a 100 MB body on
-  the loop (150-260 ms here) before its delivery copied it again;
+  the loop (a large body a CHUNK at a time, while the connection's other
+  output waits so that packets never interleave), with packet ids from
+  the session's window for QoS 1 and 2 -- not through the session's
+  queue, whose store copied a 100 MB body on the loop (150-260 ms here)
+  before its delivery copied it again;
 - charges the subscriber: the next batch is read only once less than
   WINDOW bytes wait in its transport (and, QoS 1 and 2, its window has
   room), so the memory a SUBSCRIBE holds follows its client's pace: at most
@@ -38,6 +39,7 @@ log = logging.getLogger("lavinmq.mqtt.retain")
 BATCH_BYTES = 1 << 20
 BATCH_COUNT = 256
 JOIN_BELOW = 65536      # packets smaller than this share a buffer
+CHUNK = 1 << 20         # a large body is written a slice at a time
 WINDOW = 4 << 20        # bytes waiting in a subscriber's transport before more are read
 POLL_FIRST, POLL_MAX = 0.002, 0.05
 
@@ -138,14 +140,35 @@ class RetainedDelivery:
                 break
             await asyncio.sleep(POLL_MAX)       # the window is full: acks free it
         ids = iter(ids)
-        out = []
-        for buf, ats, body in buffers:
+        for buf, ats, _ in buffers:
             for at in ats:
                 buf[at:at + 2] = next(ids).to_bytes(2, "big")
-            out.append(buf)
-            if body is not None:
-                out.append(body)
-        conn.send_packets(out)
+        # the packets go out whole: nothing else is written meanwhile
+        # (deliveries wait, PUBACKs stay in the output buffer)
+        conn.flush()
+        conn.output_held = True
+        try:
+            for buf, _, body in buffers:
+                conn.send_raw(buf)
+                if body is not None and not await self._stream(memoryview(body)):
+                    return False
+        finally:
+            conn.output_held = False
+            if not conn.closing and conn.transport is not None:
+                conn.flush()
+                if conn.consumer is not None:
+                    conn.consumer.queue.notify()
+        return True
+
+    async def _stream(self, body):
+        """A large body in CHUNK slices, each once the transport holds less
+        than WINDOW: asyncio's transports copy what they cannot send at
+        once (100 MB on the loop), uvloop's keep a reference, and neither
+        holds more than WINDOW of it. -> False if the connection went."""
+        for i in range(0, len(body), CHUNK):
+            if i and await self._room() is None:
+                return False
+            self.conn.send_raw(body[i:i + CHUNK])
         return True
 
     async def _room(self):
