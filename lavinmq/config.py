@@ -28,6 +28,7 @@ import argparse
 import configparser
 import dataclasses
 import os
+import re
 import sys
 from typing import Mapping
 
@@ -353,7 +354,21 @@ HARMLESS_KEYS = {
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
     "oauth": set(),
+    # LavinMQ's fibers yield to the others after reading or delivering this
+    # many bytes; here the event loop serves one read batch of a connection
+    # per turn and nothing else shares its thread, so there is nothing to set
+    "experimental": {"yield_each_received_bytes", "yield_each_delivered_bytes"},
 }
+NO_EFFECT_BECAUSE = {
+    ("clustering", "max_unsynced_actions"): "is deprecated and has no effect: confirms wait for every in-sync replica",
+    ("experimental", "yield_each_received_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                   "here each connection's read batch is one turn of the event loop)",
+    ("experimental", "yield_each_delivered_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                    "here a connection's deliveries are written in batches, one per "
+                                                    "turn of the event loop)",
+}
+# values LavinMQ reads as integers: a bad one still stops the start, naming it
+NO_EFFECT_INTEGERS = {("experimental", "yield_each_received_bytes"), ("experimental", "yield_each_delivered_bytes")}
 # Known to LavinMQ, not implemented here: a start with one of them set is
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
@@ -368,7 +383,7 @@ UNSUPPORTED_KEYS = {
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"experimental"}
+UNSUPPORTED_SECTIONS = set()       # a section none of whose keys is implemented
 # an unsupported key or section set to one of these asks for nothing that is lacking
 OFF_VALUES = booleans.FALSE_WORDS | {"", "none"}
 
@@ -502,11 +517,11 @@ def apply_ini(config, path):
                     config.set(field, raw, where)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
-            elif (name, key) == ("clustering", "max_unsynced_actions"):
-                config.warnings.append(f"{path}: {where} is deprecated and has no effect: confirms wait for "
-                                       f"every in-sync replica")
             elif key in HARMLESS_KEYS.get(name, ()):
-                config.warnings.append(f"{path}: {where} has no effect here, ignored")
+                if (name, key) in NO_EFFECT_INTEGERS and not re.fullmatch(r"\d{1,10}", raw.strip()):
+                    raise ConfigError(f"{path}: {where}: {raw.strip()!r} is not a non-negative integer")
+                because = NO_EFFECT_BECAUSE.get((name, key), "has no effect here, ignored")
+                config.warnings.append(f"{path}: {where} {because}")
             elif raw.strip().lower() in OFF_VALUES and (name in UNSUPPORTED_SECTIONS
                                                          or key in UNSUPPORTED_KEYS.get(name, ())):
                 continue        # turned off: nothing is lacking

@@ -219,8 +219,8 @@ cdef class CoreConnection:
         if ftype == spec.FRAME_METHOD:
             return self.handle_method(ch, p, size)
         if ftype == spec.FRAME_HEARTBEAT:
-            if ch != 0:
-                raise FrameError("heartbeat frame on a channel other than 0")
+            if ch != 0:         # LavinMQ's (and the spec's) unexpected frame, not a frame error
+                raise UnexpectedFrame("heartbeat frame must be on channel 0")
             return 0
         if ftype == spec.FRAME_HEADER:
             c = self.channel_for_content(ch)
