@@ -133,8 +133,10 @@ class Config:
     # on the in-sync followers), as AMQP's publisher confirms
     mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
-    mqtt_permission_check_enabled: bool = False
-    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    # safe defaults, unlike LavinMQ's (false, none): README, "Security"
+    mqtt_permission_check_enabled: bool = True
+    mqtt_client_id_validation: str = "owner"  # a session is its user's; "username": the id is the user
+    #                                           name; "none": any user takes any session (LavinMQ)
     tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
     # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
     sni_hosts: dict = dataclasses.field(default_factory=dict)
@@ -143,6 +145,9 @@ class Config:
     http_unix_path: str = ""
     mqtt_unix_path: str = ""
     tcp_proxy_protocol: bool = False
+    # browsers' WebSocket upgrades taken besides the broker's own origin:
+    # "scheme://host[:port]" list, "*" any (LavinMQ's way); README, "Security"
+    websocket_allowed_origins: str = ""
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
     auth_backends: str = ""
@@ -315,7 +320,7 @@ OPTIONS = {
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
-                                        choices=("none", "username")),
+                                        choices=("none", "username", "owner")),
     "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
     "auth_backends": Option("str", (("main", "auth_backends"),)),
     "oauth_issuer": Option("str", (("oauth", "issuer"),), optional=True),
@@ -334,6 +339,7 @@ OPTIONS = {
     "mqtt_unix_path": Option("str", (("mqtt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
     "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
+    "websocket_allowed_origins": Option("origins", (("mgmt", "websocket_allowed_origins"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -458,6 +464,12 @@ def check(field, value, where):
         from lavinmq.proxy_protocol import parse_trusted
         try:
             parse_trusted(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif opt.kind == "origins":
+        from lavinmq.websocket.origin import parse_allowed
+        try:
+            parse_allowed(value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
     elif opt.kind == "choice":
