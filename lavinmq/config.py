@@ -28,6 +28,7 @@ import argparse
 import configparser
 import dataclasses
 import os
+import re
 import sys
 from typing import Mapping
 
@@ -127,9 +128,15 @@ class Config:
     mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
     mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
     mqtt_max_packet_size: int = 268435455
+    # PUBACK/PUBREC once the message is in its queues (LavinMQ, Mosquitto), or
+    # true: once the group commit put it on disk (and, on a cluster's leader,
+    # on the in-sync followers), as AMQP's publisher confirms
+    mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
-    mqtt_permission_check_enabled: bool = False
-    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    # safe defaults, unlike LavinMQ's (false, none): README, "Security"
+    mqtt_permission_check_enabled: bool = True
+    mqtt_client_id_validation: str = "owner"  # a session is its user's; "username": the id is the user
+    #                                           name; "none": any user takes any session (LavinMQ)
     tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
     # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
     sni_hosts: dict = dataclasses.field(default_factory=dict)
@@ -138,6 +145,9 @@ class Config:
     http_unix_path: str = ""
     mqtt_unix_path: str = ""
     tcp_proxy_protocol: bool = False
+    # browsers' WebSocket upgrades taken besides the broker's own origin:
+    # "scheme://host[:port]" list, "*" any (LavinMQ's way); README, "Security"
+    websocket_allowed_origins: str = ""
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
     auth_backends: str = ""
@@ -306,10 +316,11 @@ OPTIONS = {
     "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
     "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
     "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_puback_waits_for_disk": Option("bool", (("mqtt", "puback_waits_for_disk"),)),
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
-                                        choices=("none", "username")),
+                                        choices=("none", "username", "owner")),
     "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
     "auth_backends": Option("str", (("main", "auth_backends"),)),
     "oauth_issuer": Option("str", (("oauth", "issuer"),), optional=True),
@@ -328,6 +339,7 @@ OPTIONS = {
     "mqtt_unix_path": Option("str", (("mqtt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
     "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
+    "websocket_allowed_origins": Option("origins", (("mgmt", "websocket_allowed_origins"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -342,7 +354,21 @@ HARMLESS_KEYS = {
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
     "oauth": set(),
+    # LavinMQ's fibers yield to the others after reading or delivering this
+    # many bytes; here the event loop serves one read batch of a connection
+    # per turn and nothing else shares its thread, so there is nothing to set
+    "experimental": {"yield_each_received_bytes", "yield_each_delivered_bytes"},
 }
+NO_EFFECT_BECAUSE = {
+    ("clustering", "max_unsynced_actions"): "is deprecated and has no effect: confirms wait for every in-sync replica",
+    ("experimental", "yield_each_received_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                   "here each connection's read batch is one turn of the event loop)",
+    ("experimental", "yield_each_delivered_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                    "here a connection's deliveries are written in batches, one per "
+                                                    "turn of the event loop)",
+}
+# values LavinMQ reads as integers: a bad one still stops the start, naming it
+NO_EFFECT_INTEGERS = {("experimental", "yield_each_received_bytes"), ("experimental", "yield_each_delivered_bytes")}
 # Known to LavinMQ, not implemented here: a start with one of them set is
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
@@ -357,7 +383,7 @@ UNSUPPORTED_KEYS = {
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"experimental"}
+UNSUPPORTED_SECTIONS = set()       # a section none of whose keys is implemented
 # an unsupported key or section set to one of these asks for nothing that is lacking
 OFF_VALUES = booleans.FALSE_WORDS | {"", "none"}
 
@@ -440,6 +466,12 @@ def check(field, value, where):
             parse_trusted(value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
+    elif opt.kind == "origins":
+        from lavinmq.websocket.origin import parse_allowed
+        try:
+            parse_allowed(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     elif opt.kind == "choice":
         if value not in opt.choices:
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(opt.choices)}")
@@ -485,11 +517,11 @@ def apply_ini(config, path):
                     config.set(field, raw, where)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
-            elif (name, key) == ("clustering", "max_unsynced_actions"):
-                config.warnings.append(f"{path}: {where} is deprecated and has no effect: confirms wait for "
-                                       f"every in-sync replica")
             elif key in HARMLESS_KEYS.get(name, ()):
-                config.warnings.append(f"{path}: {where} has no effect here, ignored")
+                if (name, key) in NO_EFFECT_INTEGERS and not re.fullmatch(r"\d{1,10}", raw.strip()):
+                    raise ConfigError(f"{path}: {where}: {raw.strip()!r} is not a non-negative integer")
+                because = NO_EFFECT_BECAUSE.get((name, key), "has no effect here, ignored")
+                config.warnings.append(f"{path}: {where} {because}")
             elif raw.strip().lower() in OFF_VALUES and (name in UNSUPPORTED_SECTIONS
                                                          or key in UNSUPPORTED_KEYS.get(name, ())):
                 continue        # turned off: nothing is lacking
@@ -550,10 +582,22 @@ DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-p
                     ("default_user_only_loopback", "--guest-only-loopback", "--default-user-only-loopback"))
 
 
+# what -b moves besides LavinMQ's three (AMQP, HTTP, MQTT): the rest of a
+# node's listeners, so that nodes started with -b alone on one machine
+# (127.0.0.11, 127.0.0.12, ...) never meet on a port. Not to a wildcard:
+# the metrics port has no authentication, and LavinMQ keeps it on 127.0.0.1
+BIND_ALSO = ("metrics_http_bind", "clustering_bind")
+WILDCARD_BINDS = ("0.0.0.0", "::", "[::]", "")
+
+
 def apply_args(config, args):
     if args.bind is not None:
         for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
+        if args.bind.strip() not in WILDCARD_BINDS:
+            for field in BIND_ALSO:
+                if field not in config.sources:     # named in the ini file or environment: kept
+                    config.set(field, args.bind, "--bind")
     for field, flag, instead in DEPRECATED_FLAGS:
         value = getattr(args, "deprecated_" + field)
         if value is not None:
@@ -595,7 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR",
+                   help="address for AMQP, MQTT and HTTP to listen on; a specific address (not 0.0.0.0 or ::) "
+                        "moves the metrics and clustering listeners too, unless they are set otherwise")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -603,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-http-port", dest="metrics_http_port", metavar="PORT",
                    help="Prometheus-only listener without auth (default 15692, 0 = off)")
     p.add_argument("--metrics-http-bind", dest="metrics_http_bind", metavar="ADDR",
-                   help="its address (default 127.0.0.1)")
+                   help="its address (default 127.0.0.1, or -b's specific address)")
     p.add_argument("-l", "--log-level", dest="log_level", metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default info)")
     p.add_argument("-d", "--debug", action="store_true", help="same as --log-level debug")
@@ -658,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("clustering (etcd leader election, replication to followers)")
     c.add_argument("--clustering", action="store_true", help="run as a node of a cluster")
     c.add_argument("--clustering-bind", dest="clustering_bind", metavar="ADDR",
-                   help="address the leader takes followers on (default 127.0.0.1)")
+                   help="address the leader takes followers on (default 127.0.0.1, or -b's specific address)")
     c.add_argument("--clustering-port", dest="clustering_port", metavar="PORT",
                    help="port the leader takes followers on (default 5679)")
     c.add_argument("--clustering-advertised-uri", dest="clustering_advertised_uri", metavar="URI",

@@ -65,12 +65,13 @@ def write_pidfile(path):
 
 def load_definitions(server, path):
     """[main] load_definitions: a definitions export imported at every
-    start, before the listeners open, as LavinMQ does."""
+    start, before the listeners open, as LavinMQ does: what already exists
+    (from the data directory) is kept as it is, what is missing is made."""
     from lavinmq.http.importer import import_definitions
     try:
         with open(path, "rb") as f:
             body = orjson.loads(f.read())
-        import_definitions(server, body)
+        import_definitions(server, body, skip_existing=True)
     except Exception as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         raise ListenError(f"load_definitions {path} ([main] load_definitions): {reason}") from None

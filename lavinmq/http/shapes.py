@@ -7,8 +7,9 @@ from lavinmq.exchange import DefaultExchange, persistent
 from lavinmq.http import compat
 from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
+from lavinmq.queue import queue_type
 
-NODE = compat.NODE
+node_name = compat.node_name
 
 
 def rate(value):
@@ -30,7 +31,7 @@ def vhost(v, server=None):
     r = rates_for(("vhost", v.name)) or {}
     return {"name": v.name, "description": "", "tags": [], "default_queue_type": "classic",
             "metadata": {"description": "", "tags": []}, "tracing": False,
-            "cluster_state": {NODE: "running"},
+            "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
             "messages_details": rate(r.get("messages")), "messages_ready_details": rate(r.get("messages_ready")),
             "messages_unacknowledged_details": rate(r.get("messages_unacknowledged")),
@@ -68,8 +69,8 @@ def exchange(ex):
 def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
-           "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": NODE,
-           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else "classic",
+           "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": node_name(),
+           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else queue_type(q),
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
@@ -114,7 +115,7 @@ def _active(c):
 def channel_ref(ch):
     conn = ch.connection
     return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "connection_name": conn.name,
-            "node": NODE, "peer_host": conn.peer[0], "peer_port": conn.peer[1],
+            "node": node_name(), "peer_host": conn.peer[0], "peer_port": conn.peer[1],
             "user": conn.user.name if conn.user else ""}
 
 
@@ -146,7 +147,7 @@ def default_binding(vhost_, q):
 def connection(conn, now=None):
     st = conn.state
     chans = conn.open_channels()
-    return {"name": conn.name, "node": NODE, "vhost": conn.vhost.name if conn.vhost else None,
+    return {"name": conn.name, "node": node_name(), "vhost": conn.vhost.name if conn.vhost else None,
             "user": conn.user.name if conn.user else None, "state": "blocked" if st.blocked else "running",
             "channels": len(chans), "channel_max": conn.channel_max, "frame_max": conn.frame_max,
             "timeout": conn.heartbeat_interval, "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
@@ -164,7 +165,7 @@ def connection(conn, now=None):
 
 def channel(ch):
     conn = ch.connection
-    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "node": NODE,
+    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "node": node_name(),
             "vhost": conn.vhost.name if conn.vhost else None, "user": conn.user.name if conn.user else None,
             "connection_details": {"name": conn.name, "peer_host": conn.peer[0], "peer_port": conn.peer[1]},
             "confirm": bool(ch.confirm), "transactional": bool(ch.tx), "consumer_count": len(ch.consumers),
@@ -188,7 +189,7 @@ def definitions(server, only=None):
         out["users"] = [user(u) for u in server.users.users.values()]      # tags as a list, as 3.10
         stored = getattr(server, "global_parameters", None)
         stored = stored.values if stored is not None else {}
-        out["global_parameters"] = [{"name": "cluster_name", "value": NODE}] * ("cluster_name" not in stored) + \
+        out["global_parameters"] = [{"name": "cluster_name", "value": node_name()}] * ("cluster_name" not in stored) + \
             [{"name": n, "value": v} for n, v in stored.items()]
         out["topic_permissions"] = []       # no topic permissions here
         out["vhosts"] = [{"name": v.name, "limits": v.limits, "metadata": {"description": "", "tags": []}}
@@ -196,16 +197,19 @@ def definitions(server, only=None):
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
     out["parameters"] = [p for v in vhosts for p in server.parameters.of(v).listing()]
+    if only is not None:
+        # a vhost's own file carries its limits as LavinMQ and RabbitMQ write them
+        out["parameters"] += [{"name": "limits", "component": "vhost-limits", "value": dict(v.limits)}
+                              for v in vhosts if v.limits]
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
-    out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
-                         "auto_delete": ex.auto_delete, "internal": ex.internal,
-                         "arguments": json_table(ex.arguments)}
-                        for v in vhosts for ex in v.exchanges.values()
+    out["exchanges"] = [export_exchange(v, ex) for v in vhosts for ex in v.exchanges.values()
                         if ex.durable and not isinstance(ex, DefaultExchange) and not ex.name.startswith("amq.")]
+    # internal queues (an x-delayed-message exchange's store) come back with their exchange
     out["queues"] = [{"name": q.name, "vhost": v.name, "durable": True, "auto_delete": q.auto_delete,
                       "arguments": json_table(q.arguments)}
-                     for v in vhosts for q in v.queues.values() if q.durable and not q.exclusive]
+                     for v in vhosts for q in v.queues.values()
+                     if q.durable and not q.exclusive and not getattr(q, "internal", False)]
     out["bindings"] = [{"source": b.source.name, "vhost": v.name, "destination": b.destination.name,
                         "destination_type": "queue" if isinstance(b.destination, Queue) else "exchange",
                         "routing_key": b.routing_key, "arguments": json_table(b.arguments)}
@@ -217,6 +221,19 @@ def definitions(server, only=None):
             for item in out[key]:
                 item.pop("vhost", None)
     return out
+
+
+def export_exchange(v, ex):
+    """An exchange in a definitions file. A delaying one is written as the
+    x-delayed-message exchange it was declared as (RabbitMQ's plugin and
+    LavinMQ both import that form), not as its routing type."""
+    arguments = json_table(ex.arguments)
+    type_name = ex.type
+    if arguments.get("x-delayed-exchange") is True:
+        arguments = {k: a for k, a in arguments.items() if k != "x-delayed-exchange"}
+        arguments["x-delayed-type"], type_name = type_name, "x-delayed-message"
+    return {"name": ex.name, "vhost": v.name, "type": type_name, "durable": ex.durable,
+            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": arguments}
 
 
 def uptime_ms(started):
