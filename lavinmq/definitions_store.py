@@ -12,6 +12,8 @@ from lavinmq.exchange import DefaultExchange, Exchange
 
 log = logging.getLogger("lavinmq.vhost")
 
+INTERNAL_PREFIX = "amq.delayed."    # vhost.attach_delay_queue's queues: never declared by a client
+
 
 class DefinitionsStore:
     def __init__(self, vhost, syncer):
@@ -78,6 +80,10 @@ class DefinitionsStore:
             vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments, persist=False)
         elif key == defs.QUEUE_DECLARE:
             _, name, _, durable, exclusive, auto_delete, _, arguments = args
+            if name.startswith(INTERNAL_PREFIX):
+                # a delayed exchange's store, written by a compaction of an
+                # older version: it comes back with its exchange (or not at all)
+                return
             vhost.declare_queue(name, durable, None, auto_delete, arguments, persist=False)
         elif key == defs.QUEUE_BIND:
             _, queue, exchange, rk, _, arguments = args
@@ -95,7 +101,7 @@ class DefinitionsStore:
                 out.append((defs.EXCHANGE_DECLARE, (0, ex.name, ex.type, False, True, ex.auto_delete,
                                                     ex.internal, False, ex.arguments)))
         for q in vhost.queues.values():
-            if q.durable and not q.exclusive:
+            if q.durable and not q.exclusive and not getattr(q, "internal", False):
                 out.append((defs.QUEUE_DECLARE, (0, q.name, False, True, False, q.auto_delete, False,
                                                  q.arguments)))
         for ex in vhost.exchanges.values():

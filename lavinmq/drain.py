@@ -16,9 +16,10 @@ before Server.stop closes the connections:
    applied and publishes stored and confirmed, for up to [main]
    shutdown_drain_timeout seconds, until no delivery is unacknowledged, or
    until a second signal;
-4. reading stops and what was stored is flushed, and so confirmed (on a
-   cluster's leader, once the in-sync replicas have it: the drain runs
-   before the leader hands over, lavinmq.clustering.node).
+4. what clients still hold is requeued, reading stops, and what was
+   stored (and the requeues) is flushed, and so confirmed (on a cluster's
+   leader, once the in-sync replicas have it: the drain runs before the
+   leader hands over, lavinmq.clustering.node).
 
 MQTT connections stay open through it (their PUBACKs are sent) and are
 closed with the rest; links between brokers (shovels, federation) stop
@@ -97,6 +98,13 @@ async def drain(server, timeout, hurry=None):
         else:
             log.info("drained in %.2f s: every delivery settled", time.monotonic() - started)
     await links
+    for conn in list(server.connections):
+        requeue = getattr(conn, "requeue_unsettled", None)
+        if requeue is not None and left:
+            try:
+                requeue()
+            except Exception:
+                log.exception("requeueing what %s held", getattr(conn, "name", conn))
     await quiesce(server)
     return left
 

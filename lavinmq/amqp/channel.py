@@ -171,7 +171,9 @@ class AMQPChannel(CoreChannel):
         q = self.vhost.get_queue(queue, 50, 30, self.connection)
         count = q.purge()
         if not nowait:
-            self.send(50, 31, (count,))
+            # on a cluster's leader, once the followers have the acks: a
+            # failover right after purge-ok must not bring the messages back
+            self.send_durable(50, 31, (count,))
 
     def queue_delete(self, args):
         _, queue, if_unused, if_empty, nowait = args

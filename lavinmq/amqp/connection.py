@@ -399,6 +399,17 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
             return 0
         return sum(ch.unacked_total for ch in self.open_channels() if not ch.closing)
 
+    def requeue_unsettled(self):
+        """The grace period is over: what the client still holds goes back to
+        its queues now, so that the stop's last flush carries the requeues
+        (redelivered, delivery counts) to the disk and, on a cluster's
+        leader, to the followers before the hand-over."""
+        if self.phase != 2:
+            return
+        for ch in self.open_channels():
+            if not ch.closing and ch.unacked_total:
+                ch.requeue_all()
+
     # -- channels ---------------------------------------------------------------
 
     def _open_channel(self, ch):

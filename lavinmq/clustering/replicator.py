@@ -32,6 +32,7 @@ import stat
 import time
 
 from lavinmq.clustering import protocol
+from lavinmq.clustering.files import replicated as replicated_path
 from lavinmq.clustering.coordinator import StaleLeadership, format_isr
 from lavinmq.clustering.etcd import EtcdError
 from lavinmq.clustering.settings import node_name, to_base36
@@ -252,11 +253,19 @@ class Replicator:
         return os.path.relpath(path, self.data_dir).replace(os.sep, "/")
 
     def changed(self, path):
-        self.ops.append(("changed", self.rel(path)))
+        rel = self.rel(path)
+        if not replicated_path(rel):
+            return          # a transient queue's file: the followers refuse it
+        self.ops.append(("changed", rel))
         self.syncer.add_file(path)
 
     def removed(self, path):
         rel = self.rel(path)
+        if not replicated_path(rel):
+            # a non-durable or exclusive queue deleted (every RPC client's
+            # reply queue): its files were never replicated, and a follower
+            # sent its removal disconnected and left the ISR
+            return
         self.ops.append(("removed", rel))
         for k in [k for k in self.known if k == rel or k.startswith(rel + "/")]:
             del self.known[k]
