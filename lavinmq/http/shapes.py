@@ -7,6 +7,7 @@ from lavinmq.exchange import DefaultExchange, persistent
 from lavinmq.http import compat
 from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
+from lavinmq.queue.kinds import queue_type
 
 NODE = compat.NODE
 
@@ -69,7 +70,7 @@ def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
            "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": NODE,
-           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else "classic",
+           "type": queue_type(q.arguments),
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
