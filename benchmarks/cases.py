@@ -179,10 +179,43 @@ def deliver_from_backlog(tmpdir):
     return run
 
 
+def ack_each_through_connection_core(tmpdir):
+    """A consumer (prefetch 100, manual acks) whose client acks each delivery
+    on its own: per message one basic.ack read by the connection core and
+    the delivery pass that answers it with the next message (issue 43)."""
+    from pamqp import commands, frame
+    from lavinmq._core.connection import bench_ack_each, bench_feed
+    from tests.helpers.inproc import feed, open_connection
+    from tests.helpers.rawclient import publish_frames
+    from tests.unit.test_connection_core import handshake
+
+    async def setup():
+        server, conn = open_connection(tmpdir)
+        handshake(conn)
+        q = server.vhosts["/"].declare_queue("perf1", False, None, False, {})
+        bench_feed(conn, publish_frames(1, "", "perf1", b"x" * 16) * 2000, 100)       # 200,000 waiting
+        conn.transport = _Sink()
+        feed(conn, frame.marshal(commands.Basic.Qos(prefetch_count=100), 1)
+             + frame.marshal(commands.Basic.Consume(queue="perf1", consumer_tag="c"), 1))
+        await asyncio.sleep(0)          # the first window: tags 1-100
+        return server, conn, q
+
+    loop = asyncio.new_event_loop()
+    server, conn, q = loop.run_until_complete(setup())
+    acked = [0]
+
+    def run(n):
+        bench_ack_each(conn, q, acked[0] + 1, n)
+        acked[0] += n
+    run.loop = loop
+    return run
+
+
 CASES = {f.__name__: f for f in (
     codec_decode_queue_declare, codec_properties_wire_to_disk, route_direct_10k_keys,
     route_topic_1000_bindings_10k_keys, route_headers_100_bindings_1000_header_sets,
-    segment_append_shift_ack, write_deliveries, publish_through_connection_core, deliver_from_backlog)}
+    segment_append_shift_ack, write_deliveries, publish_through_connection_core, deliver_from_backlog,
+    ack_each_through_connection_core)}
 # messages per measured call under callgrind (~50x slower than native);
 # deliver_from_backlog: whole delivery passes of 8,192 (DELIVERY_BUDGET)
 CALLGRIND_N = {"publish_through_connection_core": 20_000, "deliver_from_backlog": 8192}

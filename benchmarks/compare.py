@@ -5,6 +5,9 @@ alternating, and print a table with the ratio.
     python benchmarks/compare.py --ours amqp://guest:guest@127.0.0.1:5672/%2F \\
                                  --other amqp://guest:guest@127.0.0.1:5682/%2F --seconds 10 --repeat 3
 
+--ours-mqtt/--other-mqtt (mqtt://guest:guest@127.0.0.1:1883) add the MQTT QoS 1
+rows (1, 20 and 100 publishers, one PUBLISH in flight each, persistent sessions).
+
 Publishers and consumers run as separate lavinmqperf processes, so the load
 generator is never one process doing both. The median of --repeat runs is
 reported for each scenario. Each run declares its own queues (and exchange)
@@ -52,6 +55,9 @@ SCENARIOS = {
     "consume only (pre-filled)": ("prefill-count", ["-x", "0"], "consume", []),
     "confirms -c 1000": (["-y", "0", "-c", "1000"], ["-x", "0"], "consume", []),
     "acks -a 100 -P 1000": (["-y", "0"], ["-x", "0", "-a", "100", "-P", "1000"], "consume", []),
+    # issue 43: a consumer acking each message on its own, a small window
+    "ack each -a 1 -P 10": (["-y", "0"], ["-x", "0", "-a", "1", "-P", "10"], "consume", []),
+    "ack each -a 1 -P 100": (["-y", "0"], ["-x", "0", "-a", "1", "-P", "100"], "consume", []),
     # issue 29: persistent messages, confirms after fsync (group commit)
     "persistent confirms -c 1000 -p": (["-y", "0", "-c", "1000", "-p"], ["-x", "0"], "publish", []),
     # issue 15: routing at scale (one publisher connection, 16-byte messages)
@@ -104,11 +110,17 @@ SCENARIOS = {
     "fan-in 1000 pub + 1 con": (["-y", "0", "-x", "1000"], ["-x", "0"], "consume", []),
 }
 BASELINE_ROWS = list(SCENARIOS)[:5]
+# MQTT QoS 1, one PUBLISH in flight per publisher (how devices publish; LavinMQ's
+# lavinmqperf mqtt waits for each PUBACK), persistent sessions, one subscriber:
+# row -> publishers. Run when --ours-mqtt and --other-mqtt are given.
+MQTT_SCENARIOS = {"MQTT QoS 1, 1 publisher": 1, "MQTT QoS 1, 20 publishers": 20,
+                  "MQTT QoS 1, 100 publishers": 100}
 BACKLOG_PER_SECOND = 7_000_000
 # what --other-client measures (flags LavinMQ's lavinmqperf has too); with
 # --baseline-rows only the last two (issue 29's seven rows)
 OTHER_CLIENT_ROWS = ["1 pub + 1 con (no-ack)", "publish only", "consume only (pre-filled)",
-                     "confirms -c 1000", "acks -a 100 -P 1000", "persistent confirms -c 1000 -p"]
+                     "confirms -c 1000", "acks -a 100 -P 1000", "ack each -a 1 -P 10", "ack each -a 1 -P 100",
+                     "persistent confirms -c 1000 -p", *MQTT_SCENARIOS]
 OTHER_CLIENT_BASELINE = ["consume only (pre-filled)", "persistent confirms -c 1000 -p"]
 
 
@@ -191,8 +203,33 @@ def run_scenario(uri, name, seconds, client=None):
             print(f"  cleanup: {exc}", file=sys.stderr)
 
 
-def run_or_none(uri, name, seconds, client=None):
+def run_mqtt(uri, amqp_uri, name, seconds, client=None):
+    """One MQTT row: the publishers' rate of PUBACKed messages. The sessions
+    (mqtt.publisher-N, mqtt.consumer-N) are deleted after the run, so the
+    next starts without a backlog."""
+    n = MQTT_SCENARIOS[name]
+    head = [client] if client else [sys.executable, "-m", "lavinmq.perf"]
+    cmd = [*head, "mqtt", "throughput", "-u", uri, "--qos=1", "-x", str(n), "-y", "1", "-j", "-z", str(seconds)]
     try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        r = result(proc)
+        print(f"  {name}: publish {r['avg_pub_rate']:,} msgs/s, consume {r['avg_consume_rate']:,} msgs/s",
+              file=sys.stderr)
+        return r["avg_pub_rate"]
+    finally:
+        sessions = [f"mqtt.{role}-{i}" for role in ("publisher", "consumer") for i in range(n + 1)]
+        try:
+            cleanup(amqp_uri, sessions, [])
+        except Exception as exc:
+            print(f"  cleanup: {exc}", file=sys.stderr)
+
+
+def run_or_none(uri, name, seconds, client=None, mqtt_uri=None):
+    try:
+        if name in MQTT_SCENARIOS:
+            if mqtt_uri is None:
+                raise RuntimeError("the MQTT rows need --ours-mqtt and --other-mqtt")
+            return run_mqtt(mqtt_uri, uri, name, seconds, client)
         return run_scenario(uri, name, seconds, client)
     except RuntimeError as exc:
         print(f"  {name}: {exc}", file=sys.stderr)
@@ -206,28 +243,35 @@ def main(argv=None):
     ap.add_argument("--other-name", default="other")
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="default: all")
+    ap.add_argument("--scenario", action="append", choices=list(SCENARIOS) + list(MQTT_SCENARIOS),
+                    help="default: all")
     ap.add_argument("--baseline-rows", action="store_true", help="only the five single-queue rows")
     ap.add_argument("--other-client", metavar="PATH",
                     help="also measure with this load generator (LavinMQ's lavinmqperf)")
     ap.add_argument("--other-client-name", default="lavinmqperf")
+    ap.add_argument("--ours-mqtt", metavar="URI", help="mqtt://user:pass@host:port: adds the MQTT rows")
+    ap.add_argument("--other-mqtt", metavar="URI")
+    ap.add_argument("--mqtt-rows", action="store_true", help="only the MQTT rows")
     opts = ap.parse_args(argv)
-    names = opts.scenario or (BASELINE_ROWS if opts.baseline_rows else list(SCENARIOS))
+    mqtt = list(MQTT_SCENARIOS) if opts.ours_mqtt and opts.other_mqtt else []
+    names = opts.scenario or (BASELINE_ROWS if opts.baseline_rows else
+                              mqtt if opts.mqtt_rows else list(SCENARIOS) + mqtt)
     # (row label, scenario, client)
     rows = [(name, name, None) for name in names]
     if opts.other_client:
-        if opts.scenario:
+        if opts.scenario or opts.mqtt_rows:
             extra = [n for n in names if n in OTHER_CLIENT_ROWS]
         else:
-            extra = OTHER_CLIENT_BASELINE if opts.baseline_rows else OTHER_CLIENT_ROWS
+            extra = OTHER_CLIENT_BASELINE if opts.baseline_rows else \
+                [n for n in OTHER_CLIENT_ROWS if n not in MQTT_SCENARIOS or mqtt]
         rows += [(f"{name} [{opts.other_client_name}]", name, opts.other_client) for name in extra]
     names = [label for label, _, _ in rows]
     table = []
     for name, scenario, client in rows:
         ours, other = [], []
         for _ in range(opts.repeat):       # alternate so drift on a shared box hits both
-            ours.append(run_or_none(opts.ours, scenario, opts.seconds, client))
-            other.append(run_or_none(opts.other, scenario, opts.seconds, client))
+            ours.append(run_or_none(opts.ours, scenario, opts.seconds, client, opts.ours_mqtt))
+            other.append(run_or_none(opts.other, scenario, opts.seconds, client, opts.other_mqtt))
         a = statistics.median(x for x in ours if x is not None) if any(x is not None for x in ours) else None
         b = statistics.median(x for x in other if x is not None) if any(x is not None for x in other) else None
         table.append((name, a, b, ours, other))

@@ -28,6 +28,7 @@ import argparse
 import configparser
 import dataclasses
 import os
+import re
 import sys
 from typing import Mapping
 
@@ -81,6 +82,10 @@ class Config:
     # a minute late); here 1, the heartbeat round's, which checks only
     # connections with unacked deliveries
     consumer_timeout_loop_interval: int = 1
+    # s a clean stop (SIGTERM/SIGINT) gives clients to ack what they hold once
+    # their consumers are cancelled (lavinmq.drain); 0: close at once. Keep it
+    # well below the service's TimeoutStopSec (60 s, packaging/lavinmq.service)
+    shutdown_drain_timeout: float = 5.0
     default_consumer_prefetch: int = 65535   # for consumers on channels without basic.qos (LavinMQ's)
     log_exchange: bool = False           # log lines published to amq.lavinmq.log in vhost /
     pidfile: str | None = None           # the broker's pid is written here while it runs
@@ -123,6 +128,10 @@ class Config:
     mqtts_port: int = 8883              # once tls_cert is set, as AMQPS
     mqtt_max_inflight_messages: int = 65535   # QoS 1/2 deliveries in flight per session
     mqtt_max_packet_size: int = 268435455
+    # PUBACK/PUBREC once the message is in its queues (LavinMQ, Mosquitto), or
+    # true: once the group commit put it on disk (and, on a cluster's leader,
+    # on the in-sync followers), as AMQP's publisher confirms
+    mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
     mqtt_permission_check_enabled: bool = False
     mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
@@ -242,6 +251,7 @@ OPTIONS = {
     "stats_log_size": Option("int", (("main", "stats_log_size"),), lo=2, hi=10_000),   # 28 B/sample/queue
     "consumer_timeout_loop_interval": Option("int", (("main", "consumer_timeout_loop_interval"),), lo=1,
                                              hi=86400),
+    "shutdown_drain_timeout": Option("float", (("main", "shutdown_drain_timeout"),), lo=0, hi=3600),
     "free_disk_warn": Option("int", (("main", "free_disk_warn"),), lo=0, hi=2 ** 63 - 1),
     "max_deleted_definitions": Option("int", (("main", "max_deleted_definitions"),), lo=1, hi=2 ** 31 - 1),
     "tcp_nodelay": Option("bool", (("main", "tcp_nodelay"),)),
@@ -301,6 +311,7 @@ OPTIONS = {
     "mqtts_port": Option("int", (("mqtt", "tls_port"),), lo=-1, hi=65535),
     "mqtt_max_inflight_messages": Option("int", (("mqtt", "max_inflight_messages"),), lo=1, hi=65535),
     "mqtt_max_packet_size": Option("int", (("mqtt", "max_packet_size"),), lo=64, hi=268435455),
+    "mqtt_puback_waits_for_disk": Option("bool", (("mqtt", "puback_waits_for_disk"),)),
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
@@ -337,7 +348,21 @@ HARMLESS_KEYS = {
     # deprecated in LavinMQ 2.9, where confirms wait for the in-sync replicas (as here)
     "clustering": {"max_unsynced_actions"},
     "oauth": set(),
+    # LavinMQ's fibers yield to the others after reading or delivering this
+    # many bytes; here the event loop serves one read batch of a connection
+    # per turn and nothing else shares its thread, so there is nothing to set
+    "experimental": {"yield_each_received_bytes", "yield_each_delivered_bytes"},
 }
+NO_EFFECT_BECAUSE = {
+    ("clustering", "max_unsynced_actions"): "is deprecated and has no effect: confirms wait for every in-sync replica",
+    ("experimental", "yield_each_received_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                   "here each connection's read batch is one turn of the event loop)",
+    ("experimental", "yield_each_delivered_bytes"): "has no effect here, ignored (LavinMQ's fiber yield threshold: "
+                                                    "here a connection's deliveries are written in batches, one per "
+                                                    "turn of the event loop)",
+}
+# values LavinMQ reads as integers: a bad one still stops the start, naming it
+NO_EFFECT_INTEGERS = {("experimental", "yield_each_received_bytes"), ("experimental", "yield_each_delivered_bytes")}
 # Known to LavinMQ, not implemented here: a start with one of them set is
 # refused, naming it, unless its value turns the feature off ("false",
 # "0", empty): a broker must not silently lack what its ini asks for.
@@ -352,7 +377,7 @@ UNSUPPORTED_KEYS = {
     "mgmt": {"http_systemd_socket_name"},
     "mqtt": {"mqtt_systemd_socket_name"},
 }
-UNSUPPORTED_SECTIONS = {"experimental"}
+UNSUPPORTED_SECTIONS = set()       # a section none of whose keys is implemented
 # an unsupported key or section set to one of these asks for nothing that is lacking
 OFF_VALUES = booleans.FALSE_WORDS | {"", "none"}
 
@@ -480,11 +505,11 @@ def apply_ini(config, path):
                     config.set(field, raw, where)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
-            elif (name, key) == ("clustering", "max_unsynced_actions"):
-                config.warnings.append(f"{path}: {where} is deprecated and has no effect: confirms wait for "
-                                       f"every in-sync replica")
             elif key in HARMLESS_KEYS.get(name, ()):
-                config.warnings.append(f"{path}: {where} has no effect here, ignored")
+                if (name, key) in NO_EFFECT_INTEGERS and not re.fullmatch(r"\d{1,10}", raw.strip()):
+                    raise ConfigError(f"{path}: {where}: {raw.strip()!r} is not a non-negative integer")
+                because = NO_EFFECT_BECAUSE.get((name, key), "has no effect here, ignored")
+                config.warnings.append(f"{path}: {where} {because}")
             elif raw.strip().lower() in OFF_VALUES and (name in UNSUPPORTED_SECTIONS
                                                          or key in UNSUPPORTED_KEYS.get(name, ())):
                 continue        # turned off: nothing is lacking

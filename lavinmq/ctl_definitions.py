@@ -1,6 +1,6 @@
 """`lavinmqctl definitions DATA_DIR`, as LavinMQ's: the definitions JSON of a
 data directory read from its files (users.json, vhosts.json, each vhost's
-definitions.amqp and policy files), without a broker — to rescue the
+definitions.amqp, policy and parameter files), without a broker — to rescue the
 topology of a broker that does not start. Only reads: a damaged tail of
 definitions.amqp is skipped, not cut. The output has the shape of GET
 /api/definitions, so POST /api/definitions (or import_definitions) takes it."""
@@ -43,9 +43,13 @@ def _replay(path):
             continue
         if key == defs.EXCHANGE_DECLARE:
             _, name, type_name, _, durable, auto_delete, internal, _, arguments = args
+            arguments = _jsonable(arguments or {})
+            if arguments.get("x-delayed-exchange") is True:     # as the API exports it
+                arguments = {k: v for k, v in arguments.items() if k != "x-delayed-exchange"}
+                arguments["x-delayed-type"], type_name = type_name, "x-delayed-message"
             exchanges.append({"name": name, "type": type_name, "durable": durable,
                               "auto_delete": auto_delete, "internal": internal,
-                              "arguments": _jsonable(arguments or {})})
+                              "arguments": arguments})
         elif key == defs.QUEUE_DECLARE:
             _, name, _, durable, _, auto_delete, _, arguments = args
             queues.append({"name": name, "durable": durable, "auto_delete": auto_delete,
@@ -86,4 +90,17 @@ def from_data_dir(data_dir):
         for key, filename in (("policies", "policies.json"), ("operator_policies", "operator_policies.json")):
             for pname, body in _json_file(os.path.join(vdir, filename), {}).items():
                 out[key].append({"name": pname, "vhost": name, **body})
+        out["parameters"] += [{"name": p["name"], "vhost": name, "component": p["component"], "value": p["value"]}
+                              for p in _entries(os.path.join(vdir, "parameters.json"))]
+    out["global_parameters"] = [{"name": p["name"], "value": p["value"]}
+                                for p in _entries(os.path.join(data_dir, "parameters.json"))]
     return out
+
+
+def _entries(path):
+    """A parameters.json's [{"component", "name", "value"}] (a damaged one: none)."""
+    try:
+        entries = _json_file(path, [])
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str) and "value" in e]

@@ -1,5 +1,6 @@
 """The broker process: the event loop, signals (SIGTERM/SIGINT stop
-cleanly, SIGHUP reloads), the pidfile, definitions loaded at start, and
+cleanly after a grace period for clients' acks, lavinmq.drain; a second one
+cuts it short; SIGHUP reloads), the pidfile, definitions loaded at start, and
 systemd's notifications."""
 import asyncio
 import logging
@@ -10,6 +11,7 @@ import orjson
 
 import lavinmq
 from lavinmq import sdnotify
+from lavinmq.drain import StopSignals
 from lavinmq.listener import ListenError
 from lavinmq.reload import reload
 from lavinmq.server import Server
@@ -20,10 +22,8 @@ log = logging.getLogger("lavinmq.server")
 async def serve(config):
     server = Server(config)
     # handlers first: a SIGTERM that comes as soon as the port answers still stops cleanly
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    signals = StopSignals(loop)
     loop.add_signal_handler(signal.SIGHUP, reload, server)
     try:
         if config.load_definitions:
@@ -37,9 +37,13 @@ async def serve(config):
     log.info("lavinmq %s started, data dir %s", lavinmq.__version__, config.data_dir)
     sdnotify.notify(f"READY=1\nSTATUS=listening on {config.amqp_bind}:{config.amqp_port}\nMAINPID={os.getpid()}")
     try:
-        await stop.wait()
+        await signals.stop.wait()
         sdnotify.notify("STOPPING=1")
-        await server.stop()
+        try:
+            # clients settle what they hold first; a second signal cuts it short
+            await server.drain(signals.hurry)
+        finally:
+            await server.stop()
     finally:
         if config.pidfile:
             try:
@@ -61,12 +65,13 @@ def write_pidfile(path):
 
 def load_definitions(server, path):
     """[main] load_definitions: a definitions export imported at every
-    start, before the listeners open, as LavinMQ does."""
+    start, before the listeners open, as LavinMQ does: what already exists
+    (from the data directory) is kept as it is, what is missing is made."""
     from lavinmq.http.importer import import_definitions
     try:
         with open(path, "rb") as f:
             body = orjson.loads(f.read())
-        import_definitions(server, body)
+        import_definitions(server, body, skip_existing=True)
     except Exception as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         raise ListenError(f"load_definitions {path} ([main] load_definitions): {reason}") from None

@@ -420,6 +420,9 @@ class Listener:
     def __init__(self, socks, protocol_factory, guard, name, ssl_context=None, handshake_timeout=10.0,
                  proxy=None, unix_proxy=True, sockopts=None, followers=None):
         self.socks = socks
+        # UNIX socket paths, named while the sockets are open: a drain closes
+        # them before the stop removes their files
+        self._paths = [sk.getsockname() for sk in socks if _is_unix(sk)]
         self.followers = followers
         self.sockopts = sockopts    # lavinmq.sockopts.SocketOptions for TCP clients; None: TCP_NODELAY only
         self.factory = protocol_factory
@@ -443,7 +446,7 @@ class Listener:
 
     @property
     def paths(self):
-        return [s.getsockname() for s in self.socks if _is_unix(s)]
+        return list(self._paths)
 
     def start(self):
         self.loop = asyncio.get_running_loop()

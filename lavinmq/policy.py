@@ -23,6 +23,7 @@ from lavinmq.arguments import POLICY_KEYS, validate_policy_definition
 from lavinmq.clustering import changes
 
 from lavinmq.name_regex import NameRegex
+from lavinmq.queue import queue_type
 
 log = logging.getLogger("lavinmq.policy")
 
@@ -45,6 +46,15 @@ def compile_pattern(pattern):
         raise ValueError(f"pattern: {exc}") from None
 
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
+# what each apply-to reaches: exchanges, and queues by lavinmq.queue.queue_type. As
+# LavinMQ (no quorum queues; its queues take what RabbitMQ lets quorum queues
+# take), classic_queues and quorum_queues both reach every queue but streams.
+APPLY_TARGETS = {"all": frozenset(("exchange", "classic", "quorum", "stream")),
+                 "queues": frozenset(("classic", "quorum", "stream")),
+                 "exchanges": frozenset(("exchange",)),
+                 "classic_queues": frozenset(("classic", "quorum")),
+                 "quorum_queues": frozenset(("classic", "quorum")),
+                 "streams": frozenset(("stream",))}
 # keys where the smallest of argument, policy and operator policy applies
 LIMIT_KEYS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit",
               "consumer-timeout")
@@ -76,20 +86,18 @@ def _shorter(a, b):
 
 
 class Policy:
-    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions")
+    __slots__ = ("name", "pattern", "apply_to", "priority", "definition", "_re", "instructions", "_targets")
 
     def __init__(self, name, pattern, apply_to, priority, definition, regex=None):
         self.name, self.pattern, self.apply_to = name, pattern, apply_to
+        self._targets = APPLY_TARGETS[apply_to]
         self.priority, self.definition = priority, definition
         self._re = regex if regex is not None else compile_pattern(pattern)
         self.instructions = self._re.programsize
 
-    def matches(self, name, kind):
-        if self.apply_to == "exchanges" and kind != "exchange":
-            return False
-        if self.apply_to != "all" and self.apply_to != "exchanges" and kind != "queue":
-            return False
-        return self._re.search(name)
+    def matches(self, name, target):
+        """target: "exchange", or a queue's queue_type."""
+        return target in self._targets and self._re.search(name)
 
     def to_json(self):
         return {"pattern": self.pattern, "apply-to": self.apply_to, "priority": self.priority,
@@ -318,18 +326,20 @@ class PolicyStore:
             order = self._order[operator] = sorted(table.values(), key=lambda p: (-p.priority, p.name))
         return order
 
-    def best(self, operator, name, kind):
+    def best(self, operator, name, target):
         for p in self.ordered(operator):
-            if p.matches(name, kind):
+            if p.matches(name, target):
                 return p
         return None
 
-    def effective(self, name, kind, arguments):
+    def effective(self, name, kind, arguments, target=None):
         """-> (policy, operator policy, effective definition, settings) for a
         queue or exchange: settings maps policy keys to what applies, with
-        the object's own arguments taken into account."""
-        policy = self.best(False, name, kind)
-        op = self.best(True, name, kind) if kind == "queue" else None
+        the object's own arguments taken into account. target: the
+        queue's queue_type."""
+        target = "exchange" if kind == "exchange" else (target or "classic")
+        policy = self.best(False, name, target)
+        op = self.best(True, name, target) if kind == "queue" else None
         arg_keys = QUEUE_ARG_KEYS if kind == "queue" else EXCHANGE_ARG_KEYS
         settings = {}
         for arg, key in arg_keys.items():
@@ -361,7 +371,7 @@ class PolicyStore:
     # -- applying -----------------------------------------------------------------
 
     def apply_to_queue(self, q):
-        q.apply_effective(*self.effective(q.name, "queue", q.arguments))
+        q.apply_effective(*self.effective(q.name, "queue", q.arguments, queue_type(q)))
         self._federation_follows(q, "queue")
 
     def apply_to_exchange(self, ex):

@@ -17,6 +17,7 @@ import logging
 import time
 
 from lavinmq import long_work
+from lavinmq.queue import queue_type
 
 log = logging.getLogger("lavinmq.policy")
 
@@ -117,7 +118,12 @@ class PolicyApplier:
                 yield
 
 
+def target_of(obj, kind):
+    return "exchange" if kind == "exchange" else queue_type(obj)
+
+
 def _affected(store, changes, obj, kind):
+    target = None
     for operator, names in changes.items():
         if operator and kind != "queue":
             continue        # operator policies apply to queues only
@@ -126,6 +132,10 @@ def _affected(store, changes, obj, kind):
         table = store.operator if operator else store.policies
         for name in names:
             p = table.get(name)
-            if p is not None and p.matches(obj.name, kind):
+            if p is None:
+                continue
+            if target is None:
+                target = target_of(obj, kind)       # once per object, not per policy
+            if p.matches(obj.name, target):
                 return True     # it may win now
     return False

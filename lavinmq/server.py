@@ -29,6 +29,8 @@ class Server:
         self.config = config
         self.data_dir = config.data_dir
         self.connections = set()
+        self.draining = False       # a clean stop's grace period began (lavinmq.drain)
+        self.links_stopped = False
         self.cluster = None         # lavinmq.clustering.node.Node when this broker leads a cluster
         self.users = UserStore.from_config(config)
         self.users.on_change = self.user_changed
@@ -122,7 +124,23 @@ class Server:
             self.log_handler = log_exchange.install(self)
         self.parameters.start()
 
+    async def drain(self, hurry=None):
+        """A clean stop's grace period, before stop(): no new connections or
+        deliveries, while clients settle what they hold (lavinmq.drain).
+        hurry: an asyncio.Event that ends it early (a second signal)."""
+        from lavinmq.drain import drain
+        return await drain(self, self.config.shutdown_drain_timeout, hurry)
+
+    async def stop_links(self):
+        """Shovels and federation links, once: they let their last confirms
+        arrive and ack them."""
+        if not self.links_stopped:
+            self.links_stopped = True
+            await self.parameters.stop()
+
     async def stop(self, quiet=False):
+        """Close everything. After drain() what is left is quick; without it
+        (a start that failed, a fenced leader) clients are closed at once."""
         if not quiet:
             log.info("shutting down")
         if getattr(self, "log_handler", None) is not None:
@@ -133,18 +151,11 @@ class Server:
         if self.http:
             await self.http.stop()
         self.housekeeping.stop()
-        # shovels and links first: they let their last confirms arrive and ack them
-        await self.parameters.stop()
+        await self.stop_links()
         # no more publishes are read; what was stored is confirmed before the
         # connections close, so that publishers (a shovel) resend only what was not
-        for conn in list(self.connections):
-            if conn.transport is not None and not conn.transport.is_closing():
-                try:
-                    conn.transport.pause_reading()
-                except (RuntimeError, AttributeError):
-                    pass
-        if self.syncer is not None:
-            await self.syncer.close()
+        from lavinmq.drain import quiesce
+        await quiesce(self)
         for conn in list(self.connections):
             conn.close()
         # give clients a moment to answer close-ok

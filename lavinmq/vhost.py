@@ -184,6 +184,13 @@ class VHost:
         if ex.auto_delete and not ex.bindings and self.exchanges.get(ex.name) is ex:
             self.delete_exchange(ex.name, persist=persist)
 
+    def binding_count(self):
+        """Bindings of the vhost's exchanges, not the default exchange's
+        implicit ones (as LavinMQ counts): one len() per exchange, no
+        binding is walked."""
+        default = self.exchanges.get("")
+        return sum(len(ex.bindings) for ex in self.exchanges.values() if ex is not default)
+
     def get_exchange(self, name, class_id, method_id):
         ex = self.exchanges.get(name)
         if ex is None:

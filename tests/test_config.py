@@ -221,11 +221,27 @@ def test_lavinmqs_shipped_ini_starts(tmp_path, env):
     ("amqp", "amqp_systemd_socket_name", "lavinmq-amqp.socket"),
     ("mgmt", "http_systemd_socket_name", "lavinmq-http.socket"),
     ("mqtt", "mqtt_systemd_socket_name", "lavinmq-mqtt.socket"),
-    ("experimental", "yield_each_received_bytes", "131072"),
 ])
 def test_lavinmq_keys_we_do_not_implement_stop_the_start(tmp_path, env, section, key, value):
     path = ini(tmp_path, f"[{section}]\n{key} = {value}\n")
     with pytest.raises(ConfigError, match=rf"\[{section}\] {key} = .*not supported"):
+        Config.load(["-c", path], env)
+
+
+def test_lavinmq_experimental_keys_are_accepted_with_a_warning(tmp_path, env):
+    """LavinMQ's [experimental] yield thresholds used to stop the start; they
+    have no counterpart here: a warning says so."""
+    path = ini(tmp_path, "[experimental]\nyield_each_received_bytes = 131072\nyield_each_delivered_bytes = 1048576\n")
+    c = Config.load(["-c", path], env)
+    assert len(c.warnings) == 2
+    for key, warning in zip(("yield_each_received_bytes", "yield_each_delivered_bytes"), c.warnings):
+        assert warning.startswith(f"{path}: [experimental] {key} has no effect here, ignored (")
+    # a value LavinMQ could not read still stops the start, naming the key
+    path = ini(tmp_path, "[experimental]\nyield_each_delivered_bytes = lots\n")
+    with pytest.raises(ConfigError, match=r"\[experimental\] yield_each_delivered_bytes: 'lots' is not"):
+        Config.load(["-c", path], env)
+    path = ini(tmp_path, "[experimental]\nyield_each_sent_bytes = 1\n")
+    with pytest.raises(ConfigError, match=r"\[experimental\] yield_each_sent_bytes: unknown setting"):
         Config.load(["-c", path], env)
 
 

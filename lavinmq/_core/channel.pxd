@@ -57,10 +57,7 @@ cdef class Consumer(ConsumerBase):
         public bint exclusive
         public object arguments
         public bint cancelled
-        bint refilling              # delivering until the prefetch window is full again
-        bint refill_timer           # a refill_due is armed
 
-    cdef int hold_refill(self) except -1
 
 
 cdef class Channel:

@@ -37,10 +37,6 @@ cdef enum:
     PS_BODY = 2
     USER_ID_FLAG = 0x10         # user_id's bit in the low byte of the property flags
 
-# seconds a consumer whose prefetch window filled up waits for a quarter of
-# it to free before it gets what its acks freed anyway (Consumer.has_capacity)
-cdef double REFILL_WAIT = 0.001
-
 # connections with output written during a delivery pass
 cdef list _dirty_conns = []
 
@@ -155,7 +151,6 @@ cdef class Consumer(ConsumerBase):
         self.arguments = arguments
         self.prefetch = channel.prefetch_consumer
         self.queue_idx = channel.index_of(queue)
-        self.refilling = True
 
     cdef bint has_capacity(self):
         cdef Channel ch = self.channel
@@ -164,41 +159,17 @@ cdef class Consumer(ConsumerBase):
             return False
         if self.no_ack:
             return True
-        if self.prefetch:
-            if self.unacked >= self.prefetch:
-                self.refilling = False
-                return False
-            if not self.refilling:
-                # its window was full: refill once a quarter of it is free
-                # (or REFILL_WAIT passed), not after every single ack, so
-                # a client acking one message at a time gets its deliveries
-                # in batches (one socket read for many) instead of one write
-                # per ack. It still holds 3/4 of its window meanwhile.
-                if self.prefetch - self.unacked < (self.prefetch >> 2):
-                    if not self.refill_timer:
-                        self.hold_refill()
-                    if not self.refilling:
-                        return False
-                self.refilling = True
+        # a full window takes the next message as soon as an ack frees room,
+        # in the pass that read the ack, as LavinMQ does: some clients
+        # (LavinMQ's own, Crystal's amqp-client) send most of their acks
+        # only once more deliveries arrive, so a window held shut until a
+        # share of it is free waits for a timer on every refill. Acks read
+        # in one loop iteration are still answered by one write.
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
         if ch.prefetch_global and ch.unacked_total >= ch.prefetch_global:
             return False
         return True
-
-    cdef int hold_refill(self) except -1:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:        # no loop (tools, unit tests): no time passes, refill now
-            self.refilling = True
-            return 0
-        self.refill_timer = True
-        loop.call_later(REFILL_WAIT, self.refill_due)
-        return 0
-
-    def refill_due(self):
-        self.refill_timer = False
-        if not self.refilling and not self.cancelled:
-            self.refilling = True
-            schedule_queue(self.queue)
 
     cdef int deliver(self, const char *rec, SP sp, bint redelivered) except -1:
         cdef Channel ch = self.channel

@@ -8,7 +8,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcmp, memmove, memcpy
 
-from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64
+from lavinmq._core.buffer cimport WriteBuffer, be16, be32, be64, put_be16, put_be32, put_be64
+from lavinmq._core.queue cimport Queue
 from lavinmq._core.clock cimport monotonic_s, now_ms
 from lavinmq._core.channel cimport ConnState, Channel
 from lavinmq._core.flow cimport flow_forget
@@ -218,8 +219,8 @@ cdef class CoreConnection:
         if ftype == spec.FRAME_METHOD:
             return self.handle_method(ch, p, size)
         if ftype == spec.FRAME_HEARTBEAT:
-            if ch != 0:
-                raise FrameError("heartbeat frame on a channel other than 0")
+            if ch != 0:         # LavinMQ's (and the spec's) unexpected frame, not a frame error
+                raise UnexpectedFrame("heartbeat frame must be on channel 0")
             return 0
         if ftype == spec.FRAME_HEADER:
             c = self.channel_for_content(ch)
@@ -378,3 +379,32 @@ def bench_feed(CoreConnection conn, bytes data, int repeat):
         memcpy(conn.rbuf + conn.rlen, <const char *>data, n)
         conn.rlen += n
         conn.process()
+
+
+def bench_ack_each(CoreConnection conn, Queue q, uint64_t first_tag, uint64_t n):
+    """Benchmarks: a client acking each delivery on its own. n basic.ack
+    frames on channel 1 (tags first_tag, first_tag + 1, ...), one a read,
+    each answered by the delivery pass that refills the consumer's window
+    (its next message written, the ack position kept, the output flushed),
+    without an event loop."""
+    from lavinmq._core.channel import flush_dirty_connections
+    cdef char frm[21]
+    cdef uint64_t i
+    frm[0] = 1
+    put_be16(frm + 1, 1)
+    put_be32(frm + 3, 13)
+    put_be16(frm + 7, 60)
+    put_be16(frm + 9, 80)
+    frm[19] = 0
+    frm[20] = <char>0xCE
+    q.scheduled = True          # the ack's schedule_queue: the pass below is this case's own
+    for i in range(n):
+        put_be64(frm + 11, first_tag + i)
+        memcpy(conn.rbuf + conn.rlen, frm, 21)
+        conn.rlen += 21
+        conn.process()
+        q.deliver_pending()
+        q.store.flush_acks()
+        flush_dirty_connections()
+    q.scheduled = False
+    return n

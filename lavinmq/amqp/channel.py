@@ -230,6 +230,13 @@ class AMQPChannel(CoreChannel):
             # RabbitMQ's refusal, a connection error: Celery turns global QoS off for these
             raise NotImplemented_(f"queue '{queue}' in vhost '{self.vhost.name}' does not support global qos",
                                   60, 20)
+        if self.connection.draining and not getattr(q, "direct_reply", False):
+            # the broker is stopping: answered, and cancelled at once, as at the drain's start
+            if not nowait:
+                self.send(60, 21, (tag,))
+            if self.connection.capabilities.get("consumer_cancel_notify"):
+                self.send(60, 30, (tag, True))
+            return
         if getattr(q, "is_stream", False):
             c = q.new_consumer(self, tag, no_ack, exclusive, arguments)
         else:
@@ -296,12 +303,29 @@ class AMQPChannel(CoreChannel):
             self.send(60, 30, (c.tag, True))
             self.connection.flush()
 
+    def cancel_for_drain(self, notify):
+        """The broker is stopping (lavinmq.drain): the consumers leave their
+        queues, their unacked deliveries stay with the channel to be
+        settled; notify: the client understands basic.cancel. A direct
+        reply-to consumer stays: it is this channel's own mailbox, where
+        replies to work finishing meanwhile arrive."""
+        for c in list(self.consumers.values()):
+            if getattr(c.queue, "direct_reply", False):
+                continue
+            self.consumers.pop(c.tag, None)
+            self._remove_consumer(c)
+            if notify:
+                self.send(60, 30, (c.tag, True))
+
     def basic_get(self, args):
         _, queue, no_ack = args
         queue = self._queue_name(queue)
         self.can_read(queue, "queue", 60, 70)
         q = self.vhost.get_queue(queue, 60, 70, self.connection)
         self._check_open(q, 60, 70)
+        if self.connection.draining:
+            self.send(60, 72, ("",))        # the broker is stopping: nothing new is delivered
+            return
         if getattr(q, "is_stream", False):
             raise ChannelNotImplemented(f"queue '{queue}' in vhost '{self.vhost.name}' is a stream: "
                                         f"basic.get is not supported, consume it instead", 60, 70)

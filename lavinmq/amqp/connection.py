@@ -13,7 +13,7 @@ from lavinmq.accepted_connection import AcceptedConnection
 from lavinmq.amqp.channel import HANDLERS, AMQPChannel
 from lavinmq.listener import LOGGING_IN, TALKING, RateLimitedLog
 from lavinmq.errors import (
-    AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, FrameError, InternalError,
+    AccessRefusedHard, AMQPError, ChannelErrorHard, CommandInvalid, ConnectionForced, FrameError, InternalError,
     NotAllowed, NotImplemented_, PreconditionFailed, SyntaxError_, UnexpectedFrame,
 )
 
@@ -67,6 +67,7 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
         self.exclusive_queues = []
         self.last_queue = None
         self.phase_opened = False
+        self.draining = False       # the broker is stopping (lavinmq.drain): nothing new is delivered
         self._stall = None          # (progress marker, since) of unfinished content
 
     # -- asyncio.Protocol ---------------------------------------------------------
@@ -337,6 +338,9 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
     def _open(self, vhost_name):
         if self.user is None:
             raise CommandInvalid("connection.open before start-ok", 10, 40)
+        if getattr(self.server, "draining", False):
+            # connected before the listeners closed, but too late to be served
+            raise ConnectionForced("broker shutdown", 10, 40)
         vhost = self.server.vhosts.get(vhost_name)
         if vhost is None:
             raise NotAllowed(f"vhost '{vhost_name}' not found", 10, 40)
@@ -374,6 +378,28 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
                     if self.capabilities.get("consumer_cancel_notify"):
                         ch.send(60, 30, (c.tag, True))
         self.flush()
+
+    # -- a clean stop's grace period (lavinmq.drain) --------------------------------
+
+    def begin_drain(self):
+        """The broker is stopping: every consumer leaves its queue (the
+        client is told with basic.cancel if it announced
+        consumer_cancel_notify) and nothing new is delivered; what the
+        client holds it may still ack, nack or reject, and it may publish."""
+        self.draining = True
+        if self.phase != 2:
+            return
+        notify = bool(self.capabilities.get("consumer_cancel_notify"))
+        for ch in self.open_channels():
+            if not ch.closing:
+                ch.cancel_for_drain(notify)
+        self.flush()
+
+    def unsettled(self):
+        """Deliveries this client holds and has not acked, nacked or rejected."""
+        if self.phase != 2:
+            return 0
+        return sum(ch.unacked_total for ch in self.open_channels() if not ch.closing)
 
     # -- channels ---------------------------------------------------------------
 
@@ -431,6 +457,15 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
             self.phase = 3
             self._cleanup()
             self.flush()
+            # the close-ok is read even where reading was paused (a stop's
+            # quiesce, flow control): once closing, only close and close-ok
+            # are taken (_core.connection), so nothing else gets in
+            if self.transport is not None and not self.transport.is_closing():
+                self.paused_reading = False
+                try:
+                    self.transport.resume_reading()
+                except (RuntimeError, AttributeError):
+                    pass
         else:
             self._close_transport()
 

@@ -38,6 +38,13 @@ class DirectConnection(AMQPConnection):
         super().connection_made(transport)
         self.name = self.label          # what /api/connections shows: the link's own name
 
+    # a shovel's or link's own stop settles what it holds (Parameters.stop, after the drain)
+    def begin_drain(self):
+        pass
+
+    def unsettled(self):
+        return 0
+
     def _start_ok(self, client_properties, mechanism, response, locale):
         if self.user is not None:
             raise CommandInvalid("connection.start-ok sent twice", 10, 11)

@@ -14,9 +14,12 @@
               confirming at once, close every client, run on_leader_lost,
               and start over as a follower: the process executes itself
               again (LavinMQ exits 3 for a supervisor to restart it)
-    stop      SIGTERM: a leader stops confirming, gives its lease back, so
-              a follower from the ISR takes over at once, and only then
-              closes its followers' connections and its clients; it never
+    stop      SIGTERM: a leader drains its clients (lavinmq.drain: consumers
+              cancelled, acks and confirmed publishes taken for [main]
+              shutdown_drain_timeout, and replicated), then stops
+              confirming, gives its lease back, so a follower from the ISR
+              takes over at once, and only then closes its followers'
+              connections and its clients; it never
               shrinks the ISR on the way out (LavinMQ 2.9 does, item 8 of
               issue 26, and can leave the cluster with no one to lead)
 """
@@ -33,12 +36,14 @@ from lavinmq.clustering import changes, files, follower, settings
 from lavinmq.clustering.coordinator import Coordinator
 from lavinmq.clustering.etcd import Etcd, EtcdError
 from lavinmq.clustering.lease import Lease, LeaseTaken
+from lavinmq.drain import StopSignals
 from lavinmq.errors import ConfigError
 
 log = logging.getLogger("lavinmq.clustering.node")
 
 RETRY = 0.5
 FENCED_EXIT = 3             # LavinMQ's code for a lost leadership, if re-executing fails
+ROUNDS_WAIT = 1.0           # s a stopping leader waits for the ISR to have the drain's last flush
 
 
 class Node:
@@ -76,8 +81,8 @@ class Node:
 
     async def run(self):
         self.loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.stopping.set)
+        # the first SIGTERM/SIGINT stops (self.stopping), a second cuts the drain short
+        self.signals = StopSignals(self.loop, self.stopping)
         self.loop.add_signal_handler(signal.SIGHUP, self._reload)
         log.info("lavinmq %s: cluster node %s (%s), etcd prefix %s", lavinmq.__version__,
                  settings.to_base36(self.node_id), self.uri, self.config.clustering_etcd_prefix)
@@ -380,9 +385,18 @@ class Node:
             self.fenced.set()
 
     async def _step_down(self):
-        """A clean stop: fenced, the lease given back (a follower takes over
-        at once), then the followers and clients are let go."""
+        """A clean stop: the clients' grace period first (lavinmq.drain),
+        while this node still leads, so that the acks and publishes it
+        takes reach the followers and are confirmed; then fenced, the lease
+        given back (a follower takes over at once), then the followers and
+        clients are let go."""
         sdnotify.notify("STOPPING=1")
+        if self.server is not None:
+            try:
+                await self.server.drain(self.signals.hurry)
+                await self._rounds_released(ROUNDS_WAIT)
+            except Exception:       # the hand-over must happen whatever went wrong before it
+                log.exception("draining the clients before the hand-over")
         self.fence("stopping")
         await asyncio.to_thread(self.lease.revoke)
         log.info("lease given back: a follower takes over")
@@ -393,6 +407,15 @@ class Node:
         if self.replicator is not None:
             self.replicator.stop()
         changes.recorder = None
+
+    async def _rounds_released(self, limit):
+        """The drain's last flush is confirmed once the in-sync replicas have
+        it: waited for a moment (unconfirmed, a publisher sends it again)."""
+        deadline = self.loop.time() + limit
+        rep = self.replicator
+        while (rep is not None and rep.rounds and not rep.fenced and self.loop.time() < deadline
+               and not self.signals.hurry.is_set()):
+            await asyncio.sleep(0.01)
 
     async def _fenced_exit(self):
         """The lease is gone: close everything, tell the hook, start again as a follower."""

@@ -1,6 +1,6 @@
 """Exchange types, one per module, each over its Cython matcher
 (lavinmq/_core/routing.pyx and its _match_*.pxi files)."""
-from lavinmq.errors import CommandInvalid
+from lavinmq.errors import PreconditionFailed
 from lavinmq.exchange.base import Binding, Exchange, freeze
 from lavinmq.exchange.consistent_hash import ConsistentHashExchange
 from lavinmq.exchange.default import DefaultExchange
@@ -37,7 +37,9 @@ __all__ = ["Binding", "DECLARABLE_TYPES", "ConsistentHashExchange", "DefaultExch
 
 
 def exchange_class(type_name, class_id=40, method_id=10):
+    """An unknown type closes the channel with 406, as LavinMQ (RabbitMQ
+    3.10 closes the connection with 503); pika's acceptance tests expect 406."""
     try:
         return EXCHANGE_TYPES[type_name]
     except KeyError:
-        raise CommandInvalid(f"unknown exchange type '{type_name}'", class_id, method_id) from None
+        raise PreconditionFailed(f"unknown exchange type '{type_name}'", class_id, method_id) from None

@@ -62,7 +62,9 @@ def _operation(path, method, op):
     return "".join(parts)
 
 
-def render(document=DOCUMENT):
+def render(document=DOCUMENT, up=""):
+    """up: what leads from the page's URL to the app's root ("" at /docs,
+    "../" at /docs/); links stay relative, so a proxy's path prefix works."""
     info = document["info"]
     ops = [(path, m, spec[m]) for path, spec in sorted(document["paths"].items())
            for m in METHOD_ORDER if m in spec]
@@ -77,14 +79,14 @@ def render(document=DOCUMENT):
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>{html.escape(info['title'])} {html.escape(info['version'])}</title>
-  <link rel="icon" href="static/favicon.svg" type="image/svg+xml">
-  <link rel="stylesheet" href="static/app.css">
+  <link rel="icon" href="{up}static/favicon.svg" type="image/svg+xml">
+  <link rel="stylesheet" href="{up}static/app.css">
 </head>
 <body class="api-docs">
 <main id="main">
   <h1>{html.escape(info['title'])} <small>{html.escape(info['version'])}</small></h1>
   <p>{html.escape(info.get('description', ''))} Requests are authenticated with HTTP Basic (a user
-  with a management tag). The same document as JSON: <a href="docs/openapi.json">docs/openapi.json</a>
+  with a management tag). The same document as JSON: <a href="{up}docs/openapi.json">docs/openapi.json</a>
   (OpenAPI {html.escape(document['openapi'])}).</p>
   <section class="card"><h2>Routes</h2><ul class="api-index">{index}</ul></section>
   {''.join(_operation(p, m, op) for p, m, op in ops)}

@@ -7,6 +7,7 @@ what the import had done, so a bad file changes nothing. users.json is
 written once per import, not once per user (2,000 users used to hold the
 event loop for 12 s with an fsync each)."""
 import asyncio
+import logging
 import time
 
 from lavinmq import long_work, policy
@@ -15,10 +16,13 @@ from lavinmq.auth.users import Permissions
 from lavinmq.errors import AMQPError
 from lavinmq.exchange import exchange_class
 from lavinmq.http.helpers import HTTPError
+from lavinmq.vhost import delayed_form
 
 KNOWN_ALGORITHMS = ("rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512",
                     "rabbit_password_hashing_md5", "sha256", "sha512", "md5", "SHA256", "SHA512", "MD5")
 
+
+log = logging.getLogger("lavinmq.definitions")
 
 SLICE = 0.002       # seconds of compiling policy patterns between turns of the loop
 
@@ -45,6 +49,53 @@ def _tags(u):
     return tags
 
 
+DELAY_STORE_PREFIXES = ("amq.delayed.", "amq.delayed-")    # ours; LavinMQ 2.9's (and its older one)
+
+
+def _internal_queue(name):
+    """An x-delayed-message exchange's own store: exports from LavinMQ (and
+    from this broker before it left them out) list it; it comes back with
+    its exchange, so it is skipped, not declared."""
+    return isinstance(name, str) and name.startswith(DELAY_STORE_PREFIXES)
+
+
+def _own_forms(body, only):
+    """The file in this broker's shapes: RabbitMQ and LavinMQ write vhost
+    limits and operator policies as runtime parameters (components
+    vhost-limits and operator_policy), LavinMQ a delayed exchange as type
+    x-delayed-exchange and its store amq.delayed-<name> among the queues."""
+    body = dict(body)
+    params, limits, operator = [], [], list(_items(body, "operator_policies"))
+    for p in _items(body, "parameters"):
+        component = p.get("component")
+        if component == "vhost-limits":
+            limits.append(p)
+        elif component == "operator_policy" and isinstance(p.get("value"), dict):
+            operator.append({**p["value"], "name": p.get("name"), **({"vhost": p["vhost"]} if "vhost" in p else {})})
+        else:
+            params.append(p)
+    body["parameters"], body["operator_policies"], body["_vhost_limits"] = params, operator, limits
+    body["exchanges"] = [dict(x, type="x-delayed-message") if x.get("type") == "x-delayed-exchange" else x
+                         for x in _items(body, "exchanges")]
+    body["queues"] = [q for q in _items(body, "queues") if not _internal_queue(q.get("name"))]
+    body["bindings"] = [b for b in _items(body, "bindings")
+                        if not (b.get("destination_type", "queue") == "queue" and _internal_queue(b.get("destination")))]
+    if body.get("topic_permissions"):
+        log.warning("definitions: %d topic permissions skipped (this broker has none)",
+                    len(body["topic_permissions"]) if isinstance(body["topic_permissions"], list) else 1)
+    return body
+
+
+def _check_limits(value, where):
+    if not isinstance(value, dict):
+        raise HTTPError(400, f"bad definitions: {where}: limits must be an object")
+    for key, n in value.items():
+        if key not in ("max-connections", "max-queues"):
+            raise HTTPError(400, f"bad definitions: {where}: unknown vhost limit {key!r}")
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise HTTPError(400, f"bad definitions: {where}: vhost limit {key} must be an integer")
+
+
 def _check(server, body, only, compiled=None):
     """Everything that can be known before applying; HTTPError(400) naming it."""
     users, vhosts, perms = (_items(body, k) for k in ("users", "vhosts", "permissions"))
@@ -53,9 +104,7 @@ def _check(server, body, only, compiled=None):
     new_vhosts = set()
     for v in vhosts:
         new_vhosts.add(_str(v, "name", "a vhost"))
-        limits = v.get("limits") or {}
-        if not isinstance(limits, dict):
-            raise HTTPError(400, f"bad definitions: vhost '{v['name']}': limits must be an object")
+        _check_limits(v.get("limits") or {}, f"vhost '{v['name']}'")
     known_vhosts = set(server.vhosts) | (new_vhosts if only is None else set())
     new_users = set()
     for u in users:
@@ -102,7 +151,10 @@ def _check(server, body, only, compiled=None):
         _str(x, "name", "an exchange")
         vhost_name(x, f"exchange '{x['name']}'")
         try:
-            exchange_class(_str(x, "type", f"exchange '{x['name']}'", "direct"))
+            type_name = _str(x, "type", f"exchange '{x['name']}'", "direct")
+            if type_name == "x-delayed-message":
+                type_name, _ = delayed_form(x.get("arguments") if isinstance(x.get("arguments"), dict) else {})
+            exchange_class(type_name)
         except AMQPError as exc:
             raise HTTPError(400, f"bad definitions: exchange '{x['name']}': {exc.reply_text}")
         if not isinstance(x.get("arguments") or {}, dict):
@@ -122,7 +174,11 @@ def _check(server, body, only, compiled=None):
         if not isinstance(b.get("arguments") or {}, dict):
             raise HTTPError(400, "bad definitions: binding arguments must be an object")
     params = _check_parameters(body, vhost_name)
-    return users, vhosts, perms, checked, exchanges, queues, bindings, params
+    limits = [(vhost_name(p, "vhost-limits"), p.get("value")) for p in body["_vhost_limits"]]
+    for vhost, value in limits:
+        _check_limits(value, f"vhost-limits of '{vhost}'")
+    limits += [(v["name"], v["limits"]) for v in vhosts if v.get("limits") and only is None]
+    return users, vhosts, perms, checked, exchanges, queues, bindings, params, limits
 
 
 def _check_parameters(body, vhost_name):
@@ -184,20 +240,36 @@ async def import_definitions_async(server, body, only=None):
     import_definitions(server, body, only, compiled)
 
 
-def import_definitions(server, body, only=None, compiled=None):
-    users, vhosts, perms, policies, exchanges, queues, bindings, params = _check(server, body, only, compiled)
+def import_definitions(server, body, only=None, compiled=None, skip_existing=False):
+    """skip_existing (load_definitions at start, as LavinMQ's): users,
+    permissions, policies, parameters, limits, queues and exchanges that
+    already exist are left as they are, so a restart keeps what was changed
+    since and never stops on an object declared otherwise."""
+    if not isinstance(body, dict):
+        raise HTTPError(400, "Malformed JSON: expected an object")
+    body = _own_forms(body, only)
+    checked = _check(server, body, only, compiled)
+    users, vhosts, perms, policies, exchanges, queues, bindings, params, limits = checked
+    if skip_existing:
+        users, perms, policies, exchanges, queues, params, limits = _new_only(
+            server, only, users, perms, policies, exchanges, queues, params, limits)
     undo = []
     # policies.json is written once per vhost, not once per policy
     with policy.batch():
         try:
             with server.users.batch():
                 _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo)
+                for vhost, value in limits:
+                    v = server.vhosts[vhost]
+                    old = dict(v.limits)
+                    server.set_vhost_limits(vhost, value)
+                    undo.append(lambda vhost=vhost, old=old: server.vhosts[vhost].set_limits(old))
                 for vhost, component, name, value in params:
                     vp = server.parameters.of(server.vhosts[vhost])
                     old = vp.store.get(component, name)
                     vp.set(component, name, value)
                     undo.append(lambda vp=vp, c=component, n=name, old=old: vp.restore(c, n, old))
-                _global_parameters(server, body, only, undo)
+                _global_parameters(server, body, only, undo, skip_existing)
         except (KeyError, ValueError, TypeError, AMQPError) as exc:
             for action in reversed(undo):
                 try:
@@ -208,6 +280,21 @@ def import_definitions(server, body, only=None, compiled=None):
             raise HTTPError(400, f"bad definitions, nothing imported: {text}")
 
 
+def _new_only(server, only, users, perms, policies, exchanges, queues, params, limits):
+    vhost = lambda item: server.vhosts.get(only if only is not None else item.get("vhost", "/"))  # noqa: E731
+    known = server.users.users
+    users = [u for u in users if u["name"] not in known]
+    perms = [p for p in perms if p["user"] not in known or p["vhost"] not in known[p["user"]].permissions]
+    policies = [c for c in policies
+                if vhost(c[0]) is None or vhost(c[0]).policies.get(c[0]["name"], c[3]) is None]
+    exchanges = [x for x in exchanges if vhost(x) is None or x["name"] not in vhost(x).exchanges]
+    queues = [q for q in queues if vhost(q) is None or q["name"] not in vhost(q).queues]
+    params = [p for p in params if p[0] not in server.vhosts
+              or server.parameters.of(server.vhosts[p[0]]).store.get(p[1], p[2]) is None]
+    limits = [(v, value) for v, value in limits if v not in server.vhosts or not server.vhosts[v].limits]
+    return users, perms, policies, exchanges, queues, params, limits
+
+
 def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bindings, undo):
     vhost_for = lambda item: server.vhosts[only if only is not None else item.get("vhost", "/")]  # noqa: E731
     if only is None:
@@ -216,10 +303,6 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
             if name not in server.vhosts:
                 server.add_vhost(name)
                 undo.append(lambda name=name: server.delete_vhost(name))
-            if v.get("limits"):
-                old = dict(server.vhosts[name].limits)
-                server.set_vhost_limits(name, v["limits"])
-                undo.append(lambda name=name, old=old: server.vhosts[name].set_limits(old))
     for u in users:
         algorithm = u.get("hashing_algorithm") or "rabbit_password_hashing_sha256"
         if u.get("password_hash"):
@@ -249,8 +332,9 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
     for q in queues:
         v = vhost_for(q)
         existed = q["name"] in v.queues
+        # a durable server-named queue (amq.gen-...) is in exports: it comes back under its name
         v.declare_queue(q["name"], bool(q.get("durable", True)), None, bool(q.get("auto_delete", False)),
-                        q.get("arguments") or {})
+                        q.get("arguments") or {}, server_named=q["name"].startswith("amq.gen-"))
         if not existed:
             undo.append(lambda v=v, n=q["name"]: v.delete_queue(n))
     for b in bindings:
@@ -268,7 +352,7 @@ def _apply(server, only, users, vhosts, perms, policies, exchanges, queues, bind
                                                                               rk, args))
 
 
-def _global_parameters(server, body, only, undo):
+def _global_parameters(server, body, only, undo, skip_existing=False):
     """RabbitMQ's and LavinMQ's global_parameters, kept (exports carry
     cluster_name and internal_cluster_id among them)."""
     params = body.get("global_parameters") or []
@@ -280,6 +364,8 @@ def _global_parameters(server, body, only, undo):
     store = server.global_parameters
     for p in params:
         old = store.values.get(p["name"], undo)       # undo: a marker for "was not there"
+        if skip_existing and old is not undo:
+            continue
         store.set(p["name"], p["value"])
         undo.append(lambda n=p["name"], old=old: store.delete(n) if old is undo else store.set(n, old))
 

@@ -88,7 +88,8 @@ def check_not_cross_site(request):
     # a way a form could use: a browser names the Origin of those anyway)
     if request.method in ("POST", "PUT") and request.content_type != "application/json" and (
             request.body_exists or "Content-Type" in request.headers):
-        if request.content_type == "multipart/form-data" and UPLOAD_PATH.match(request.path):
+        # the path as sent: a vhost named / is %2F there, a / once decoded
+        if request.content_type == "multipart/form-data" and UPLOAD_PATH.match(request.rel_url.raw_path):
             # a form may post here: only from a page of ours (a browser names
             # a foreign page in Origin, checked above, or in Referer)
             referer = request.headers.get("Referer")

@@ -7,7 +7,7 @@ from lavinmq.exchange import DefaultExchange, persistent
 from lavinmq.http import compat
 from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
-from lavinmq.queue.kinds import queue_type
+from lavinmq.queue import queue_type
 
 NODE = compat.NODE
 
@@ -70,7 +70,7 @@ def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
            "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": NODE,
-           "type": queue_type(q.arguments),
+           "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else queue_type(q),
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
            "consumers": len(q.consumers), "messages": ready + unacked, "messages_ready": ready,
@@ -197,16 +197,19 @@ def definitions(server, only=None):
         out["permissions"] = [permission(u.name, vn, p) for u in server.users.users.values()
                               for vn, p in u.permissions.items()]
     out["parameters"] = [p for v in vhosts for p in server.parameters.of(v).listing()]
+    if only is not None:
+        # a vhost's own file carries its limits as LavinMQ and RabbitMQ write them
+        out["parameters"] += [{"name": "limits", "component": "vhost-limits", "value": dict(v.limits)}
+                              for v in vhosts if v.limits]
     out["policies"] = [p for v in vhosts for p in v.policies.listing()]
     out["operator_policies"] = [p for v in vhosts for p in v.policies.listing(operator=True)]
-    out["exchanges"] = [{"name": ex.name, "vhost": v.name, "type": ex.type, "durable": ex.durable,
-                         "auto_delete": ex.auto_delete, "internal": ex.internal,
-                         "arguments": json_table(ex.arguments)}
-                        for v in vhosts for ex in v.exchanges.values()
+    out["exchanges"] = [export_exchange(v, ex) for v in vhosts for ex in v.exchanges.values()
                         if ex.durable and not isinstance(ex, DefaultExchange) and not ex.name.startswith("amq.")]
+    # internal queues (an x-delayed-message exchange's store) come back with their exchange
     out["queues"] = [{"name": q.name, "vhost": v.name, "durable": True, "auto_delete": q.auto_delete,
                       "arguments": json_table(q.arguments)}
-                     for v in vhosts for q in v.queues.values() if q.durable and not q.exclusive]
+                     for v in vhosts for q in v.queues.values()
+                     if q.durable and not q.exclusive and not getattr(q, "internal", False)]
     out["bindings"] = [{"source": b.source.name, "vhost": v.name, "destination": b.destination.name,
                         "destination_type": "queue" if isinstance(b.destination, Queue) else "exchange",
                         "routing_key": b.routing_key, "arguments": json_table(b.arguments)}
@@ -218,6 +221,19 @@ def definitions(server, only=None):
             for item in out[key]:
                 item.pop("vhost", None)
     return out
+
+
+def export_exchange(v, ex):
+    """An exchange in a definitions file. A delaying one is written as the
+    x-delayed-message exchange it was declared as (RabbitMQ's plugin and
+    LavinMQ both import that form), not as its routing type."""
+    arguments = json_table(ex.arguments)
+    type_name = ex.type
+    if arguments.get("x-delayed-exchange") is True:
+        arguments = {k: a for k, a in arguments.items() if k != "x-delayed-exchange"}
+        arguments["x-delayed-type"], type_name = type_name, "x-delayed-message"
+    return {"name": ex.name, "vhost": v.name, "type": type_name, "durable": ex.durable,
+            "auto_delete": ex.auto_delete, "internal": ex.internal, "arguments": arguments}
 
 
 def uptime_ms(started):

@@ -35,7 +35,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         # one is refused at its header, not after it was read into memory
         self.max_packet_size = min(cfg.mqtt_max_packet_size, cfg.max_message_size + 65536 + 5)
         self.state.max_message_size = cfg.max_message_size
-        self.state.syncer = server.syncer
+        # what a PUBACK promises ([mqtt] puback_waits_for_disk, README "MQTT")
+        self.state.syncer = server.syncer if cfg.mqtt_puback_waits_for_disk else None
         self.vhost = None
         self.user = None
         self.broker = None
@@ -281,6 +282,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         return client_id
 
     def _check_limits(self, vhost, user):
+        if getattr(self.server, "draining", False):
+            # connected before the listeners closed (lavinmq.drain), too late to be served
+            raise ConnectRefused(SERVER_UNAVAILABLE, "the broker is shutting down")
         limit = vhost.limits.get("max-connections")
         if limit is not None and len(vhost.connections) >= limit:
             raise ConnectRefused(SERVER_UNAVAILABLE, f"vhost {vhost.name!r}: connection limit ({limit}) reached")

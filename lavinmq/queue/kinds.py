@@ -3,8 +3,10 @@
 `x-queue-type` picks the kind (RabbitMQ's argument): classic (the default),
 quorum, stream, or mqtt (an MQTT session, lavinmq/mqtt). The API's "type",
 the queue's class, the global-QoS rule of quorum queues and the policies'
-apply-to (classic_queues, quorum_queues, streams) all ask `queue_type`, so a
-queue is never one kind in one place and another elsewhere. Declarations
+apply-to (classic_queues, quorum_queues, streams; through
+lavinmq.queue.queue_type, which counts an MQTT session as a classic queue)
+all ask `queue_type`, so a queue is never one kind in one place and another
+elsewhere. Declarations
 were checked (lavinmq/arguments.py), so anything else is a classic queue
 replayed from an older version."""
 

@@ -78,6 +78,9 @@ async def upgrade(request):
     offered = [t.strip() for t in h.get("Sec-WebSocket-Protocol", "").split(",") if t.strip()]
     kind, token = pick_protocol(offered, request.path)
     server = request.app["server"]
+    if getattr(server, "draining", False):
+        # a clean stop's grace period (lavinmq.drain): no new connections
+        return web.Response(status=503, text="the broker is shutting down\n")
     transport = request.transport
     http = request.protocol
     if transport is None or transport.is_closing():

@@ -9,12 +9,14 @@ from lavinmq.vhost import VHost
 class FakeTransport:
     def __init__(self):
         self.out = bytearray()
+        self.writes = 0             # write calls: a pass that answers several acks writes once
         self.closed = False
         self.reading = True
         self.eof_written = False
 
     def write(self, data):
         self.out += data
+        self.writes += 1
 
     def close(self):
         self.closed = True

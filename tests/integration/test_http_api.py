@@ -308,3 +308,28 @@ def test_open_metrics_listener(tmp_path):
         e.value.close()
     finally:
         b.stop()
+
+
+def test_overview_counts_bindings_and_lavinmqctl_status_prints_them(fresh_broker):
+    """object_totals had no bindings: lavinmqctl status printed an empty
+    "Bindings:". Counted as LavinMQ counts them: not the default exchange's."""
+    b = fresh_broker
+    before = call(b, "GET", "/api/overview")[1]["object_totals"]["bindings"]
+    conn = pika.BlockingConnection(pika.URLParameters(b.url))
+    ch = conn.channel()
+    ch.exchange_declare("totals", "topic")
+    ch.exchange_declare("totals2", "fanout")
+    ch.queue_declare("totals.q")
+    ch.queue_bind("totals.q", "totals", "a.#")
+    ch.queue_bind("totals.q", "totals", "b.*")
+    ch.exchange_bind("totals2", "totals", "#")
+    _, overview = call(b, "GET", "/api/overview")
+    assert overview["object_totals"]["bindings"] == before + 3
+    out = io.StringIO()
+    assert ctl.main(["--uri", b.http_url, "--user", "guest", "--password", "guest", "status"], out=out) == 0
+    assert f"Bindings: {before + 3}\n" in out.getvalue()
+    _, metrics = call(b, "GET", "/metrics")
+    assert f"lavinmq_bindings {before + 3}\n" in metrics
+    ch.queue_delete("totals.q")
+    assert call(b, "GET", "/api/overview")[1]["object_totals"]["bindings"] == before + 1
+    conn.close()

@@ -129,3 +129,19 @@ def test_bad_load_definitions_stops_the_start(tmp_path):
         b.start()
     assert b.proc.returncode == 2
     assert "Traceback" not in b.log_text()
+
+
+def test_lavinmq_experimental_section_starts_with_a_warning(tmp_path):
+    """An ini file with LavinMQ's [experimental] keys used to stop the start."""
+    ini = tmp_path / "lavinmq.ini"
+    ini.write_text("[experimental]\nyield_each_received_bytes = 131072\nyield_each_delivered_bytes = 1048576\n")
+    b = BrokerProcess(tmp_path / "data", extra_args=["-c", str(ini)]).start()
+    try:
+        c = connect(b)
+        c.channel().queue_declare("", exclusive=True)
+        c.close()
+    finally:
+        assert b.stop() == 0
+    log = b.log_text()
+    assert "[experimental] yield_each_received_bytes has no effect here, ignored" in log
+    assert "[experimental] yield_each_delivered_bytes has no effect here, ignored" in log

@@ -154,3 +154,43 @@ def test_policies_survive_restart(fresh_broker):
         ch.basic_publish("", prefix + ".q", b"%d" % i)
     assert wait_for(lambda: count(ch, prefix + ".q"), 2) == 2
     c.close()
+
+
+@pytest.mark.parametrize("apply_to, classic, quorum, stream", [
+    ("streams", False, False, True),
+    ("classic_queues", True, True, False),      # LavinMQ: both reach every queue but streams
+    ("quorum_queues", True, True, False),
+    ("queues", True, True, True),
+])
+def test_apply_to_by_queue_type(api, apply_to, classic, quorum, stream):
+    """A streams policy with max-length 5 used to cut a classic queue of 20
+    messages to 5: apply-to by queue type was read as "queues"."""
+    c = connect(api)
+    ch = c.channel()
+    prefix = unique("kind")
+    queues = {prefix + ".classic": {}, prefix + ".quorum": {"x-queue-type": "quorum"},
+              prefix + ".stream": {"x-queue-type": "stream"}}
+    for q, args in queues.items():
+        ch.queue_declare(q, durable=True, arguments=args)
+        for i in range(20):
+            ch.basic_publish("", q, b"%d" % i)
+    name = unique("p")
+    assert call(api, "PUT", f"/api/policies/%2F/{name}",
+                {"pattern": f"^{prefix}\\.", "definition": {"max-length": 5}, "apply-to": apply_to})[0] == 201
+    # an operator policy follows the same rule
+    op = unique("op")
+    assert call(api, "PUT", f"/api/operator-policies/%2F/{op}",
+                {"pattern": f"^{prefix}\\.", "definition": {"message-ttl": 600000}, "apply-to": apply_to})[0] == 201
+    for q, wanted in zip(queues, (classic, quorum, stream)):
+        shape = wait_for(lambda: call(api, "GET", f"/api/queues/%2F/{q}")[1]["policy"], name if wanted else None)
+        assert shape == (name if wanted else None), (apply_to, q)
+        _, shape = call(api, "GET", f"/api/queues/%2F/{q}")
+        assert shape["operator_policy"] == (op if wanted else None), (apply_to, q)
+        if not q.endswith("stream"):
+            assert wait_for(lambda: count(ch, q), 5 if wanted else 20) == (5 if wanted else 20), (apply_to, q)
+    assert call(api, "GET", f"/api/queues/%2F/{prefix}.quorum")[1]["type"] == "classic"
+    assert call(api, "DELETE", f"/api/policies/%2F/{name}")[0] == 204
+    assert call(api, "DELETE", f"/api/operator-policies/%2F/{op}")[0] == 204
+    for q in queues:
+        ch.queue_delete(q)
+    c.close()

@@ -14,7 +14,7 @@ import urllib.request
 import pika
 import pytest
 
-from lavinmq.queue import queue_type
+from lavinmq.queue.kinds import queue_type
 from lavinmq.queue.quorum import DEFAULT_DELIVERY_LIMIT
 from tests.conftest import unique
 

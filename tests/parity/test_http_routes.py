@@ -4,6 +4,7 @@ cancelling a consumer, a user's connections, global parameters,
 hash_password, users without permissions, the definitions upload, the
 live log, the collector's routes, and /docs from the OpenAPI document."""
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -132,6 +133,19 @@ def test_definitions_upload(broker):
     assert api(broker, "POST", f"/api/definitions/{v}/upload",
                {"queues": [{"name": q2, "durable": True, "arguments": {}}]})[0] == 204
     assert api(broker, "GET", f"/api/queues/{v}/{q2}")[0] == 200
+    # a form into vhost / (%2F) and one into a vhost with other escaped characters: the
+    # form check used to read the path after %2F became / and answered 415
+    q3, v2 = unique("up"), unique("up v/é")
+    api(broker, "PUT", f"/api/vhosts/{enc(v2)}")
+    for vhost in ("/", v2):
+        body, ctype = multipart("file", "defs.json", json.dumps(
+            {"queues": [{"name": q3, "durable": True, "arguments": {}}]}).encode())
+        status, reply = api(broker, "POST", f"/api/definitions/{enc(vhost)}/upload", raw=body,
+                            headers={"Content-Type": ctype})
+        assert status == 204, (vhost, reply)
+        assert api(broker, "GET", f"/api/queues/{enc(vhost)}/{q3}")[0] == 200
+    api(broker, "DELETE", f"/api/queues/%2F/{q3}")
+    api(broker, "DELETE", f"/api/vhosts/{enc(v2)}")
     # a form of ours is sent back to its page; one from another site is refused
     body, ctype = multipart("file", "defs.json", b'{"queues": []}')
     req = urllib.request.Request(broker.http_url + "/api/definitions/upload", data=body, method="POST", headers={
@@ -217,3 +231,13 @@ def test_gc_routes_and_docs(broker):
         for method in ops:
             assert f"<code>{method.upper()} {path}</code>" in page, (method, path)
     assert "/api/queues/{vhost}/{queue}/unacked" in doc["paths"] and "<script" not in page
+    # LavinMQ's URL (its UI links there) answered 404; its links lead to the same files
+    for url in ("/docs/", "/docs/index.html", "/docs"):
+        with urllib.request.urlopen(broker.http_url + url, timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/html")
+            here = r.read().decode()
+        assert here.replace('"../', '"') == page, url
+        for link in re.findall(r'(?:href)="([^"#]+)"', here):
+            target = urllib.parse.urljoin(broker.http_url + url, link)
+            with urllib.request.urlopen(target, timeout=10) as r:
+                assert r.status == 200, (url, link)

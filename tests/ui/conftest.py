@@ -58,11 +58,12 @@ def browser():
     pw.stop()
 
 
-def start_broker(data_dir, *extra):
-    """A broker sampling rates every second, so that charts fill quickly."""
+def start_broker(data_dir, *extra, main_settings=""):
+    """A broker sampling rates every second, so that charts fill quickly
+    (main_settings: more [main] lines)."""
     ini = os.path.join(os.path.dirname(str(data_dir)), "ui.ini")
     with open(ini, "w") as f:
-        f.write("[main]\nstats_interval = 1000\n")
+        f.write("[main]\nstats_interval = 1000\n" + main_settings)
     command = [BINARY] if BINARY else None
     b = BrokerProcess(data_dir, extra_args=["-c", ini, *extra], command=command).start()
     deadline = time.monotonic() + 15

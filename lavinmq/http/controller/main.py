@@ -53,7 +53,8 @@ async def overview(request):
                            for t, text in DECLARABLE_TYPES.items()],
         "object_totals": {"connections": len(conns), "channels": len(chans),
                           "consumers": sum(len(q.consumers) for q in queues), "queues": len(queues),
-                          "exchanges": sum(len(v.exchanges) for v in vhosts)},
+                          "exchanges": sum(len(v.exchanges) for v in vhosts),
+                          "bindings": sum(v.binding_count() for v in vhosts)},
         **compat.overview_extra(server, queues, chans, vhosts, _rates(server, vhosts)),
     }, "overall", lengths=history.OVERVIEW_LENGTHS, msg_rates=history.QUEUE_RATES))
 

@@ -14,7 +14,6 @@ from aiohttp import web
 import lavinmq
 from lavinmq import churn, long_work
 from lavinmq.clustering import status as cluster_status
-from lavinmq.exchange import DefaultExchange
 from lavinmq.http.helpers import HTTPError, MONITORING, require
 
 from lavinmq.process import open_fds, resident_memory
@@ -126,8 +125,7 @@ async def metrics(request):
     w.metric("consumers", "gauge", "Consumers currently connected", sum(len(ch.consumers) for ch in chans))
     w.metric("queues", "gauge", "Queues available", len(queues))
     w.metric("bindings", "gauge", "Bindings currently configured",
-             sum(len(ex.bindings) for v in vhosts for ex in v.exchanges.values()
-                 if not isinstance(ex, DefaultExchange)))
+             sum(v.binding_count() for v in vhosts))
     w.metric("queue_messages_ready", "gauge", "Messages ready to be delivered to consumers", ready)
     w.metric("queue_messages_unacked", "gauge", "Messages delivered to consumers but not yet acknowledged",
              unacked)

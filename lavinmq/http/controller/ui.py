@@ -35,17 +35,18 @@ async def security_headers(request, response):
         response.headers.setdefault("Cache-Control", "no-cache")
 
 
-_DOCS = None
+_DOCS = {}      # the page's path -> its HTML
 
 
 async def docs(request):
-    """The API reference (LavinMQ serves one at /docs), from the OpenAPI
-    document; public, as LavinMQ's."""
-    global _DOCS
-    if _DOCS is None:
+    """The API reference, from the OpenAPI document; public, as LavinMQ's,
+    at its /docs/ (and /docs/index.html) and at /docs, its links relative
+    to each."""
+    page = _DOCS.get(request.path)
+    if page is None:
         from lavinmq.http.apidocs import render
-        _DOCS = render()
-    return web.Response(text=_DOCS, content_type="text/html", charset="utf-8")
+        page = _DOCS[request.path] = render(up="" if request.path == "/docs" else "../")
+    return web.Response(text=page, content_type="text/html", charset="utf-8")
 
 
 async def docs_document(request):
@@ -56,6 +57,8 @@ async def docs_document(request):
 def add_routes(app):
     app.router.add_get("/", index)
     app.router.add_get("/docs", docs)
+    app.router.add_get("/docs/", docs)
+    app.router.add_get("/docs/index.html", docs)       # the file LavinMQ serves there
     app.router.add_get("/docs/openapi.json", docs_document)
     if os.path.isdir(STATIC):
         app.router.add_static("/static/", STATIC, follow_symlinks=False, show_index=False)

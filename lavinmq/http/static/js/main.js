@@ -141,6 +141,7 @@ function buildShell () {
         h('label', null, 'Vhost', vhostSel),
         h('label', null, 'Refresh', refresh),
         h('span', { class: 'spacer' }),
+        h('a', { href: 'docs/', target: '_blank', rel: 'noopener', id: 'api-docs-link' }, 'HTTP API'),
         h('span', { id: 'whoami' }, me.name, ' ', h('span', { class: 'muted' }, `(${(me.tags || []).join(', ') || 'no tags'})`)),
         h('button', { class: 'secondary small', id: 'logout', onclick: logout }, 'Log out')),
       main))

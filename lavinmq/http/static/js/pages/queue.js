@@ -1,12 +1,14 @@
 // One queue: state and counts, rate and length charts, arguments and
-// policy, consumers, bindings (add, remove), publish, get messages,
-// purge, delete, and pause/resume when the broker's API has them. A
-// stream has a page of its own (stream.js), as in LavinMQ.
+// policy, consumers, bindings (add, remove), publish, get messages, move
+// messages to another queue, purge, delete, pause/resume when the
+// broker's API has them, and restart when the queue is closed, as in
+// LavinMQ. A stream has a page of its own (stream.js), as in LavinMQ.
 import { h, clear, stat, props, fmtNumber, fmtBytes, fmtRate, argsList, toast, card } from '../dom.js'
-import { get, put, post, del, enc } from '../api.js'
+import { get, put, post, del, enc, hasTag } from '../api.js'
 import { Chart, ratesOf, valuesOf } from '../chart.js'
 import { field, input, select, ArgsEditor, onSubmit, confirmed, publishForm } from '../forms.js'
 import { historyQuery, stateBadge, exchangeHref, channelHref, nameLink, yesNo, Guard } from './common.js'
+import { transferForm } from './transfer.js'
 
 let pauseSupport = null      // whether the API offers queue pause/resume (asked once)
 async function canPause () {
@@ -98,7 +100,16 @@ export async function render ({ main, params, navigate }) {
           try { await remove(`Queue ${name} deleted.`, () => del(base), '#/queues') } catch (e) { toast(e.message, 'error') }
         }
       }, 'Delete queue')]
-    if (pausable) {
+    if (q.state === 'closed') {
+      // LavinMQ's restart: a queue closed by an error is opened again from its files
+      buttons.unshift(h('button', {
+        class: 'secondary', id: 'restart',
+        onclick: async () => {
+          if (!confirmed(`Restart the queue ${name}? It is opened again from its files.`)) return
+          try { await put(`${base}/restart`); toast('Queue restarted.'); await refresh() } catch (e) { toast(e.message, 'error') }
+        }
+      }, 'Restart queue'))
+    } else if (pausable) {
       const paused = q.state === 'paused'
       buttons.unshift(h('button', {
         class: 'secondary', id: paused ? 'resume' : 'pause',
@@ -167,6 +178,11 @@ export async function render ({ main, params, navigate }) {
       publishForm({ vhost, exchange: '', routingKey: name, fixedKey: true })),
     h('details', { class: 'card', id: 'get-box' }, h('summary', null, 'Get messages'),
       h('p', { class: 'muted' }, 'Getting messages is a destructive action unless they are requeued.'), getForm, messages),
+    hasTag('administrator', 'policymaker')
+      ? h('details', { class: 'card', id: 'move-box' }, h('summary', null, 'Move messages'),
+        h('p', { class: 'muted' }, 'A shovel moves the messages the queue holds now to another queue, then deletes itself.'),
+        transferForm({ vhost, name, copy: false, done: refresh }))
+      : null,
     card('Actions', actions))
   await refresh()
   get(`api/exchanges/${enc(vhost)}?columns=name`).then(xs => {

@@ -2,12 +2,13 @@
 // where each consumer is, what tracked consumer tags stored), size and
 // segments, rates, bindings, publish, and reading messages from an offset
 // (first, last, next, a number, a timestamp or an interval such as 1h)
-// without a consumer.
+// without a consumer, and copying its messages to another queue.
 import { h, clear, stat, props, fmtNumber, fmtBytes, fmtRate, argsList, toast, card } from '../dom.js'
-import { get, post, del, enc } from '../api.js'
+import { get, post, del, enc, hasTag } from '../api.js'
 import { Chart, ratesOf } from '../chart.js'
 import { field, input, select, ArgsEditor, onSubmit, confirmed, publishForm } from '../forms.js'
 import { historyQuery, stateBadge, exchangeHref, channelHref, nameLink, yesNo, Guard } from './common.js'
+import { transferForm } from './transfer.js'
 
 function fmtTime (ms) {
   return ms ? new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC') : '–'
@@ -127,6 +128,11 @@ export async function render ({ main, params, navigate }) {
       h('p', { class: 'muted' }, 'Published through the default exchange with the stream\'s name as routing key.'),
       publishForm({ vhost, exchange: '', routingKey: name, fixedKey: true })),
     card('Read messages', h('p', { class: 'muted' }, 'Reading a stream removes nothing.'), readForm, messages),
+    hasTag('administrator', 'policymaker')
+      ? h('details', { class: 'card', id: 'copy-box' }, h('summary', null, 'Copy messages'),
+        h('p', { class: 'muted' }, 'A shovel copies the messages the stream holds now, from its first offset, to another queue, then deletes itself. The stream keeps them.'),
+        transferForm({ vhost, name, copy: true, done: refresh }))
+      : null,
     card('Actions', h('div', { class: 'actions' }, h('button', {
       class: 'danger', id: 'delete',
       onclick: async () => {
