@@ -16,7 +16,7 @@ from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
-from lavinmq.queue import Queue, queue_class, queue_type
+from lavinmq.queue import Queue, kinds, queue_class
 from lavinmq.queue.classic import DEFAULT_MAX_DEDUP_CACHE_SIZE, check_dedup_size, log_name, make_deduper
 from lavinmq.sync import fsync_dir
 from lavinmq.queue import quorum, stream
@@ -232,7 +232,7 @@ class VHost:
             q.touch()
             return q
         check_name("queue", name, 50, 10)
-        kind = queue_type(arguments)
+        kind = kinds.queue_type(arguments)
         if persist:     # replay takes back what an older version accepted
             argspec.validate_queue(arguments, kind=kind)
             check_dedup_size(arguments, self.max_dedup_cache_size, 50, 10)
