@@ -22,11 +22,15 @@ Four runs, each on a fresh broker:
 By default a subset runs (a few minutes): tasks, ETA and countdown,
 retries, revocation, acks_late redelivery, chords, groups and chains, and
 `celery inspect`/`control` over pidbox, with both queue types. With
-LAVINMQ_CELERY_FULL=1 every test of the suite runs (about an hour on two
-busy cores). EXCLUDED lists what never runs and why; KNOWN lists the tests
-that fail on RabbitMQ 3.10 as well (the suite's own troubles; checked
-there), allowed to fail in the full run only; the subset holds none of them.
-Every other test must pass (or skip, or xfail, as the suite marks it).
+LAVINMQ_CELERY_FULL=1 every test of the suite runs, in both queue types (an
+hour or more on two busy cores: the first 156 tests of test_canvas alone took
+31 min at load 8, 146 passed, 7 xfailed and the 3 chord tests below failed,
+as on RabbitMQ 3.10). EXCLUDED lists what never runs and why; KNOWN lists
+the tests that fail on RabbitMQ 3.10 as well (the suite's own troubles;
+checked there), allowed to fail in the full run only; the subset holds none
+of them. Every other test must pass (or skip, or xfail, as the suite marks
+it). The full quorum run has not been classified yet: a failure there that
+RabbitMQ 3.10 shares belongs in KNOWN_QUORUM.
 
 The same runs go against another broker with LAVINMQ_CELERY_BROKER (an
 amqp:// URL) and LAVINMQ_CELERY_HTTP (its management API, http://host:port),
@@ -69,6 +73,11 @@ KNOWN_BOTH = {
         "reads the worker's log through caplog within 1 s",
     TASKS + "test_trace_log_arguments::test_task_failed":
         "reads the worker's log through caplog within 1 s",
+    # subtests that wait for a result which must not come expect the builtin
+    # TimeoutError and get redis-py's ("Timeout reading from socket")
+    CANVAS + "test_chord::test_nested_chord_header_link_error": "redis-py's TimeoutError, not the builtin one",
+    CANVAS + "test_chord::test_enabling_flag_allow_error_cb_on_chord_header": "the same",
+    CANVAS + "test_chord::test_disabling_flag_allow_error_cb_on_chord_header": "the same",
 }
 # quorum mode only: these assert Celery's classic defaults, or retry with a
 # countdown under 1 s, which native delayed delivery rounds to nothing
