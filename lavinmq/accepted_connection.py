@@ -9,7 +9,7 @@ the login throttle's back-off, EOF and a full write buffer.
 A mixin put before the protocol's Cython core in the bases. It runs once
 per connection or login, never per frame, and names no field the core
 declares: a class attribute here would hide the core's field."""
-import asyncio
+import socket
 import time
 
 from lavinmq import churn, process
@@ -90,12 +90,37 @@ class AcceptedConnection:
             return None
         return throttle.key(self.peer_address, username, self.server.users.get(username) is not None)
 
-    def login_delay(self, key):
-        return self.server.login_throttle.delay_for(*key) if key is not None else 0.0
-
-    def answer_login_later(self, delay, callback, *args):
-        """Backing off: the answer (whatever the password) comes late, so a
-        guesser learns slowly and a user who knows the password still gets
-        in. Nothing more is read meanwhile."""
+    def login_later(self, key, callback, *args):
+        """-> whether the login waits in its address's line (backing off,
+        lavinmq.auth.throttle): then callback(*args) checks it when its turn
+        comes, whatever the password, so a guesser learns slowly and a user
+        who knows the password still gets in. Nothing more is read meanwhile."""
+        if key is None:
+            return False
+        waiting = self.server.login_throttle.admit(*key, callback, *args, alive=self.peer_still_there)
+        if waiting is None:
+            return False
         self.block_reading()
-        self.login_pending = asyncio.get_running_loop().call_later(delay, callback, *args)
+        self.login_pending = waiting
+        return True
+
+    def peer_still_there(self):
+        """A login waiting in the line does not read its socket: a look at
+        it (no byte taken) tells whether the client went meanwhile; if so,
+        the socket is closed and no check is spent on it."""
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return transport is not None
+        peek = socket.socket(fileno=sock.fileno())      # the same descriptor, not a copy
+        try:
+            gone = peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            gone = False
+        except OSError:
+            gone = True
+        finally:
+            peek.detach()
+        if gone:
+            transport.abort()
+        return not gone

@@ -188,6 +188,19 @@ def validate_queue(arguments, class_id=50, method_id=10, kind="classic"):
               class_id, method_id)
 
 
+# set by the broker only: the user an MQTT session belongs to (lavinmq.mqtt.session)
+BROKER_QUEUE_ARGS = ("x-mqtt-owner",)
+
+
+def check_client_queue(arguments, class_id=50, method_id=10):
+    """A client's declare (AMQP, the HTTP API) may not set what only the
+    broker sets; definitions the administrator imports may."""
+    if arguments:
+        for key in BROKER_QUEUE_ARGS:
+            if key in arguments:
+                _fail(f"{key} is set by the broker only", class_id, method_id)
+
+
 def validate_exchange(arguments, class_id=40, method_id=10):
     _validate(EXCHANGE_ARGS, arguments, class_id, method_id)
 

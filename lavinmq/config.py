@@ -133,8 +133,10 @@ class Config:
     # on the in-sync followers), as AMQP's publisher confirms
     mqtt_puback_waits_for_disk: bool = False
     mqtt_default_vhost: str = "/"       # for user names without "vhost:"
-    mqtt_permission_check_enabled: bool = False
-    mqtt_client_id_validation: str = "none"   # or "username": the client id must be the user name
+    # safe defaults, unlike LavinMQ's (false, none): README, "Security"
+    mqtt_permission_check_enabled: bool = True
+    mqtt_client_id_validation: str = "owner"  # a session is its user's; "username": the id is the user
+    #                                           name; "none": any user takes any session (LavinMQ)
     tls_keylog_file: str | None = None    # TLS session keys written here (debugging), as LavinMQ's
     # [sni:HOSTNAME] sections: hostname -> their settings (lavinmq.sni)
     sni_hosts: dict = dataclasses.field(default_factory=dict)
@@ -143,6 +145,9 @@ class Config:
     http_unix_path: str = ""
     mqtt_unix_path: str = ""
     tcp_proxy_protocol: bool = False
+    # browsers' WebSocket upgrades taken besides the broker's own origin:
+    # "scheme://host[:port]" list, "*" any (LavinMQ's way); README, "Security"
+    websocket_allowed_origins: str = ""
     proxy_protocol_trusted_sources: str = ""     # IPs and CIDRs; empty: every source (LavinMQ's)
     # sign-in backends ([main] auth_backends: local, oauth) and LavinMQ's [oauth] settings
     auth_backends: str = ""
@@ -315,7 +320,7 @@ OPTIONS = {
     "mqtt_default_vhost": Option("str", (("mqtt", "default_vhost"),)),
     "mqtt_permission_check_enabled": Option("bool", (("mqtt", "permission_check_enabled"),)),
     "mqtt_client_id_validation": Option("choice", (("mqtt", "client_id_validation"),),
-                                        choices=("none", "username")),
+                                        choices=("none", "username", "owner")),
     "tls_keylog_file": Option("str", (("main", "tls_keylog_file"),), optional=True),
     "auth_backends": Option("str", (("main", "auth_backends"),)),
     "oauth_issuer": Option("str", (("oauth", "issuer"),), optional=True),
@@ -334,6 +339,7 @@ OPTIONS = {
     "mqtt_unix_path": Option("str", (("mqtt", "unix_path"),)),
     "tcp_proxy_protocol": Option("proxy", (("amqp", "tcp_proxy_protocol"),)),
     "proxy_protocol_trusted_sources": Option("cidrs", (("amqp", "proxy_protocol_trusted_sources"),)),
+    "websocket_allowed_origins": Option("origins", (("mgmt", "websocket_allowed_origins"),)),
 }
 INI_KEYS = {key: field for field, opt in OPTIONS.items() for key in opt.ini}
 
@@ -460,6 +466,12 @@ def check(field, value, where):
             parse_trusted(value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
+    elif opt.kind == "origins":
+        from lavinmq.websocket.origin import parse_allowed
+        try:
+            parse_allowed(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     elif opt.kind == "choice":
         if value not in opt.choices:
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(opt.choices)}")
@@ -570,10 +582,22 @@ DEPRECATED_FLAGS = (("default_password_hash", "--default-password", "--default-p
                     ("default_user_only_loopback", "--guest-only-loopback", "--default-user-only-loopback"))
 
 
+# what -b moves besides LavinMQ's three (AMQP, HTTP, MQTT): the rest of a
+# node's listeners, so that nodes started with -b alone on one machine
+# (127.0.0.11, 127.0.0.12, ...) never meet on a port. Not to a wildcard:
+# the metrics port has no authentication, and LavinMQ keeps it on 127.0.0.1
+BIND_ALSO = ("metrics_http_bind", "clustering_bind")
+WILDCARD_BINDS = ("0.0.0.0", "::", "[::]", "")
+
+
 def apply_args(config, args):
     if args.bind is not None:
         for field in ("amqp_bind", "http_bind", "mqtt_bind"):
             config.set(field, args.bind, "--bind")
+        if args.bind.strip() not in WILDCARD_BINDS:
+            for field in BIND_ALSO:
+                if field not in config.sources:     # named in the ini file or environment: kept
+                    config.set(field, args.bind, "--bind")
     for field, flag, instead in DEPRECATED_FLAGS:
         value = getattr(args, "deprecated_" + field)
         if value is not None:
@@ -615,7 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data directory (default /var/lib/lavinmq)")
     p.add_argument("-c", "--config", metavar="FILE",
                    help="ini file with [main], [amqp], [mgmt] (default /etc/lavinmq/lavinmq.ini if present)")
-    p.add_argument("-b", "--bind", metavar="ADDR", help="address for AMQP, MQTT and HTTP to listen on")
+    p.add_argument("-b", "--bind", metavar="ADDR",
+                   help="address for AMQP, MQTT and HTTP to listen on; a specific address (not 0.0.0.0 or ::) "
+                        "moves the metrics and clustering listeners too, unless they are set otherwise")
     p.add_argument("-p", "--amqp-port", dest="amqp_port", metavar="PORT", help="AMQP port (default 5672)")
     p.add_argument("--amqp-bind", dest="amqp_bind", metavar="ADDR", help="AMQP address (default 127.0.0.1)")
     p.add_argument("--http-port", dest="http_port", metavar="PORT", help="HTTP port (default 15672)")
@@ -623,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-http-port", dest="metrics_http_port", metavar="PORT",
                    help="Prometheus-only listener without auth (default 15692, 0 = off)")
     p.add_argument("--metrics-http-bind", dest="metrics_http_bind", metavar="ADDR",
-                   help="its address (default 127.0.0.1)")
+                   help="its address (default 127.0.0.1, or -b's specific address)")
     p.add_argument("-l", "--log-level", dest="log_level", metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default info)")
     p.add_argument("-d", "--debug", action="store_true", help="same as --log-level debug")
@@ -678,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("clustering (etcd leader election, replication to followers)")
     c.add_argument("--clustering", action="store_true", help="run as a node of a cluster")
     c.add_argument("--clustering-bind", dest="clustering_bind", metavar="ADDR",
-                   help="address the leader takes followers on (default 127.0.0.1)")
+                   help="address the leader takes followers on (default 127.0.0.1, or -b's specific address)")
     c.add_argument("--clustering-port", dest="clustering_port", metavar="PORT",
                    help="port the leader takes followers on (default 5679)")
     c.add_argument("--clustering-advertised-uri", dest="clustering_advertised_uri", metavar="URI",

@@ -382,8 +382,15 @@ def status(c, a):
     totals = o.get("object_totals", {})
     msgs = o.get("queue_totals", {})
     uptime = o.get("uptime") if a.format == "json" else format_uptime(o.get("uptime"))
+    if o.get("role") not in (None, "leader"):
+        # a cluster's follower (lavinmq/clustering/control.py): no clients of its own
+        repl = o.get("replication") or {}
+        return Fields(Version=o.get("lavinmq_version"), Node=o.get("node"), Uptime=uptime, Role=o.get("role"),
+                      Leader=o.get("leader") or "none", Leader_API=o.get("leader_api"),
+                      Replication=repl.get("state"))
+    role = {"Role": "leader"} if o.get("role") == "leader" else {}
     return Fields(Version=o.get("lavinmq_version") or o.get("rabbitmq_version") or o.get("product_version"),
-                  Node=o.get("node"), Uptime=uptime,
+                  Node=o.get("node"), Uptime=uptime, **role,
                   Connections=totals.get("connections"), Channels=totals.get("channels"),
                   Consumers=totals.get("consumers"), Exchanges=totals.get("exchanges"),
                   Queues=totals.get("queues"), Bindings=totals.get("bindings"),

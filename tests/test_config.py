@@ -118,6 +118,26 @@ def test_bind_sets_both_and_specific_flags_win(env):
     assert (c.amqp_bind, c.http_bind, c.http_port) == ("0.0.0.0", "127.0.0.2", 0)
 
 
+def test_bind_moves_metrics_and_clustering_to_a_specific_address(env, tmp_path):
+    """Issue 47 item 4: nodes started with -b alone on one machine (127.0.0.11,
+    127.0.0.12) never meet on the metrics or clustering port; LavinMQ's -b
+    moves AMQP, HTTP and MQTT only, and metrics stayed on 127.0.0.1."""
+    c = Config.load(["-b", "127.0.0.12"], env)
+    assert (c.amqp_bind, c.http_bind, c.mqtt_bind) == ("127.0.0.12",) * 3
+    assert (c.metrics_http_bind, c.clustering_bind) == ("127.0.0.12", "127.0.0.12")
+    # their own flags win, wherever they stand
+    c = Config.load(["--metrics-http-bind", "127.0.0.1", "-b", "127.0.0.12", "--clustering-bind", "10.0.0.1"], env)
+    assert (c.metrics_http_bind, c.clustering_bind) == ("127.0.0.1", "10.0.0.1")
+    # as does the ini file: -b is the blanket, a key is a choice
+    path = ini(tmp_path, "[main]\nmetrics_http_bind = 127.0.0.1\n[clustering]\nbind = 10.0.0.2\n")
+    c = Config.load(["-c", path, "-b", "127.0.0.12"], env)
+    assert (c.amqp_bind, c.metrics_http_bind, c.clustering_bind) == ("127.0.0.12", "127.0.0.1", "10.0.0.2")
+    # a wildcard leaves them on loopback: the metrics port has no authentication
+    for wildcard in ("0.0.0.0", "::"):
+        c = Config.load(["-b", wildcard], env)
+        assert c.amqp_bind == wildcard and (c.metrics_http_bind, c.clustering_bind) == ("127.0.0.1", "127.0.0.1")
+
+
 def test_flags(env):
     c = Config.load(["--debug", "--no-data-dir-lock", "--default-user", "bob",
                      "--default-password-hash", GUEST_HASH, "--default-user-only-loopback", "false"], env)

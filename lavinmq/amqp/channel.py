@@ -11,7 +11,7 @@ from lavinmq.errors import (
     AccessRefused, ChannelNotImplemented, ChannelResourceError, NotAllowed, NotFound, NotImplemented_,
     PreconditionFailed,
 )
-from lavinmq.arguments import validate_consumer
+from lavinmq.arguments import check_client_queue, validate_consumer
 from lavinmq.exchange import DefaultExchange
 from lavinmq.queue.kinds import queue_type
 
@@ -112,6 +112,7 @@ class AMQPChannel(CoreChannel):
             name = self.vhost.new_queue_name()
         if not passive:
             self.can_configure(name, "queue", 50, 10)
+            check_client_queue(arguments)
             if conn.server.memory_alarm and name not in self.vhost.queues:
                 raise PreconditionFailed(f"cannot declare queue '{name}' in vhost '{self.vhost.name}': the "
                                          f"broker is low on memory (memory alarm)", 50, 10)

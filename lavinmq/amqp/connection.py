@@ -252,10 +252,8 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
     def _begin_login(self, mechanism, username, password):
         address = self.peer_address
         key = self.login_throttle_key(username)
-        delay = self.login_delay(key)
-        if not delay:
-            return self._login(mechanism, username, password, address, key)
-        self.answer_login_later(delay, self._late_login, mechanism, username, password, address, key)
+        if not self.login_later(key, self._late_login, mechanism, username, password, address, key):
+            self._login(mechanism, username, password, address, key)
 
     def _late_login(self, mechanism, username, password, address, key):
         self.login_pending = None
@@ -273,14 +271,14 @@ class AMQPConnection(AcceptedConnection, CoreConnection, asyncio.BufferedProtoco
     def _login(self, mechanism, username, password, address, key):
         auth = getattr(self.server, "auth", None) or self.server.users
         user = auth.authenticate(username, password) if username is not None else None
+        why = "login refused for user %r from %s", username, self.name
         if user is not None and user.loopback_only and not self.from_loopback(address):
-            _login_log("user %s may only connect from loopback, refused from %s", username, address)
+            why = "user %r may only connect from loopback, refused from %s", username, address
             user = None
-        elif user is None:
-            _login_log("login refused for user %r from %s", username, self.name)
         if user is None:
-            if key is not None:
-                self.server.login_throttle.failed(*key)
+            # a key that backs off has its episode's line (lavinmq.auth.throttle), not one per attempt
+            if key is None or self.server.login_throttle.failed(*key):
+                _login_log(*why)
             raise AccessRefusedHard(
                 f"Login was refused using authentication mechanism {mechanism}. For details see the "
                 f"broker logfile.", 10, 11)

@@ -20,6 +20,8 @@ Modules, in the order a node uses them:
     server       leader: the port followers connect to, full sync, streaming
     follower     follower: connect, sync, apply, fsync, acknowledge
     proxy        follower: AMQP, HTTP and metrics clients piped to the leader
+    control      follower: the control socket (lavinmqctl)
+    status       the nodes as the API, lavinmqctl and Prometheus show them
     node         a node's life: follow, campaign, lead, fence, hand over
 
 Nothing here runs per message: the broker's hot path only meets the

@@ -32,6 +32,7 @@ log = logging.getLogger("lavinmq.clustering.follower")
 RECONNECT = 1.0         # s between attempts to reach the leader, at most
 RECONNECT_FIRST = 0.05  # ... but the first comes at once (was the leader's process gone, or the
                         # link? a new leader opens its port soon), then twice as late each time
+NEW_LEADER_GRACE = 5.0  # s a new leader's replication port may refuse before that is a warning
 RECV = 1024 * 1024
 MAX_OPEN = 256          # files kept open for writing
 SEGMENT_HEADER = 4
@@ -52,7 +53,7 @@ def is_syncing(data_dir):
 
 class ReplicationClient:
     def __init__(self, data_dir, node_id, secret, host, port, local_addr=None, on_synced=None, on_refused=None,
-                 uri="", keepalive=None, cache=None):
+                 uri="", keepalive=None, cache=None, on_accepted=None):
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self.secret = secret
@@ -62,6 +63,7 @@ class ReplicationClient:
         self.keepalive = keepalive          # [main] tcp_keepalive: (idle, interval, count) or None
         self.on_synced = on_synced          # called (from this thread) once a full sync is done
         self.on_refused = on_refused        # ... when the leader's port, reached before, refuses
+        self.on_accepted = on_accepted      # ... when the leader took this node (its first frame)
         self.stopped = threading.Event()
         self.sock = None
         self.thread = None
@@ -108,6 +110,7 @@ class ReplicationClient:
 
     def _run(self):
         delay = RECONNECT_FIRST
+        began = time.monotonic()
         while not self.stopped.is_set():
             was = self.sessions
             try:
@@ -117,7 +120,13 @@ class ReplicationClient:
             except (OSError, protocol.ProtocolError, ValueError) as exc:
                 if not self.stopped.is_set():
                     self.last_error = str(exc)
-                    log.warning("replication from %s:%d: %s", self.host, self.port, exc)
+                    # a leader just elected writes its key before its port opens:
+                    # refused at first is expected, refused later (or after a
+                    # session) is news
+                    news = not (isinstance(exc, ConnectionRefusedError) and not self.sessions
+                                and time.monotonic() - began < NEW_LEADER_GRACE)
+                    log.log(logging.WARNING if news else logging.INFO, "replication from %s:%d: %s%s",
+                            self.host, self.port, exc, "" if news else " (a new leader's port opens; retrying)")
             except Exception as exc:
                 self.last_error = repr(exc)
                 log.exception("replication from %s:%d failed", self.host, self.port)
@@ -171,10 +180,14 @@ class ReplicationClient:
         self._acker = threading.Thread(target=self._ack_loop, name="lavinmq-follower-ack", daemon=True)
         self._acker.start()
         buf = bytearray()
+        accepted = self.on_accepted
         while True:
             data = sock.recv(RECV)
             if not data:
                 raise Closed() if self.stopped.is_set() else ConnectionError("the leader closed the connection")
+            if accepted is not None:
+                # the leader sends only once it has taken this node as a follower
+                accepted, _ = None, accepted()
             buf += data
             pos = 0
             n = len(buf)

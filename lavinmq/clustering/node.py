@@ -2,14 +2,21 @@
 
     start     node id, etcd lease (keepalive thread), the cluster's secret
     follow    replicate from the leader named by etcd's leader key (and,
-              lavinmq/clustering/proxy.py, pipe clients to it). A leader
+              lavinmq/clustering/proxy.py, pipe clients to it; answer
+              lavinmqctl on the control socket, control.py). A leader
               whose replication port, reached before, now refuses
               connections has lost its process: its lease is revoked at
-              once, without waiting out the TTL (see _leader_gone)
+              once, without waiting out the TTL (see _leader_gone).
+              Meanwhile a thread imports what leading needs
+              (LEADER_MODULES), so a promotion does not wait for it
     campaign  meanwhile, while in the ISR with a whole copy: one txn
     lead      stop following; open the replicated data directory as the
               broker (lavinmq.server.Server), take followers on the
-              replication port, confirm what the ISR holds
+              replication port, confirm what the ISR holds. The proxies'
+              listening sockets pass to the broker's listeners
+              (Proxies.close(hand_over=True)): the ports never refuse a
+              client across the promotion, which waits in the backlog for
+              the few tens of ms the broker takes to start
     fence     the lease is gone (or a newer leader wrote the keys): stop
               confirming at once, close every client, run on_leader_lost,
               and start over as a follower: the process executes itself
@@ -33,9 +40,11 @@ import sys
 import lavinmq
 from lavinmq import sdnotify, sockopts
 from lavinmq.clustering import changes, files, follower, settings
+from lavinmq.clustering.control import FollowerControl
 from lavinmq.clustering.coordinator import Coordinator
 from lavinmq.clustering.etcd import Etcd, EtcdError
 from lavinmq.clustering.lease import Lease, LeaseTaken
+from lavinmq.clustering.replicator import STOPPING
 from lavinmq.drain import StopSignals
 from lavinmq.errors import ConfigError
 
@@ -53,6 +62,10 @@ class Node:
         self.node_id = settings.node_id(self.data_dir)
         self.uri = settings.advertised_uri(config)
         self.host, self.repl_port = settings.parse_uri(self.uri)
+        self.name = settings.node_name(self.uri)
+        # node id -> advertised URI of every node this one has heard of (the
+        # leaders it followed, the followers it led), to name them by
+        self.peers = {self.node_id: self.uri}
         endpoints = settings.endpoints(config)
         # etcd calls time out inside the lease: a node notices a lost etcd in time
         self.etcd = Etcd(endpoints, timeout=max(0.3, min(1.0, config.clustering_lease_ttl / 3)))
@@ -64,6 +77,7 @@ class Node:
         self.client = None          # follower.ReplicationClient toward the leader
         self.client_stops = []      # stops of earlier clients under way (threads that end)
         self.proxies = None         # proxy.Proxies while following
+        self.control = None         # control.FollowerControl: the control socket while not leading
         self.leader_uri = None      # as the leader key says
         self.leader_kv = None
         self.server = None          # lavinmq.server.Server while leading
@@ -74,6 +88,7 @@ class Node:
         self.wake = asyncio.Event()     # the copy became whole: campaign now
         self.loop = None
         self.elected_at = None
+        self.won_at = None          # loop time the campaign won
         files.keep_own(self.data_dir, [config.log_file, config.pidfile, config.control_unix_path])
         self.checksums = files.ChecksumCache.restore(self.data_dir)     # every role's, saved on the way out
 
@@ -88,22 +103,33 @@ class Node:
                  settings.to_base36(self.node_id), self.uri, self.config.clustering_etcd_prefix)
         sdnotify.notify(f"READY=1\nSTATUS=cluster node {self.uri}\nMAINPID={os.getpid()}")
         try:
+            # lavinmqctl against this node while it is not the leader (the broker opens its own)
+            self.control = FollowerControl(self)
+            await self.control.start()
             if not await self._until_stopped(self._start()):
                 return 0
             self.role = "follower"
             await self._start_proxies()
+            warm = asyncio.ensure_future(asyncio.to_thread(_import_leader_modules))
             follow = asyncio.ensure_future(self._follow())
             campaign = asyncio.ensure_future(self._campaign())
+            elected = False
             try:
                 elected = await self._until_stopped(campaign)
+                self.won_at = self.loop.time()
             finally:
                 follow.cancel()
                 campaign.cancel()
+                if self.proxies is not None:
+                    # elected: the proxies' ports stay open for the broker's
+                    # listeners (clients wait in the backlog, never refused)
+                    await self.proxies.close(hand_over=elected)
+                    self.proxies = None
                 await asyncio.gather(follow, campaign, return_exceptions=True)
                 await self._stop_following()
-                if self.proxies is not None:
-                    await self.proxies.close()
-                    self.proxies = None
+                await self._close_control()
+                # no import under way in that thread while this one imports the same modules
+                await asyncio.gather(warm, return_exceptions=True)
             if not elected:
                 return 0
             if follower.is_syncing(self.data_dir):
@@ -186,6 +212,8 @@ class Node:
                 kv, rev = await self.coordinator.leader()
                 uri = kv.value.decode("utf-8", "replace") if kv is not None else None
                 self.leader_kv = kv
+                if kv is not None and kv.lease:
+                    self.peers[kv.lease] = uri      # the lease id is the leader's node id
                 await self._follow_uri(uri)
                 async for _ in self.etcd.watch(self.coordinator.leader_prefix, rev + 1, prefix=True):
                     break       # something changed: read it again
@@ -204,6 +232,8 @@ class Node:
             log.info("no leader")
             return
         if uri == self.uri:
+            if self.leader_kv is not None and self.leader_kv.lease == self.lease.lease_id:
+                return      # this node's own key: its campaign won a moment ago, it is about to lead
             log.error("the leader key names this node's URI %s but this node does not lead: another node "
                       "advertises the same URI ([clustering] advertised_uri must differ per node)", uri)
             return
@@ -218,9 +248,16 @@ class Node:
         self.client = follower.ReplicationClient(
             self.data_dir, self.node_id, self.secret, host, port, local_addr=local, on_synced=self._synced,
             on_refused=lambda: self.loop.call_soon_threadsafe(self._leader_gone, kv), uri=self.uri,
-            keepalive=self.config.tcp_keepalive, cache=self.checksums)
+            keepalive=self.config.tcp_keepalive, cache=self.checksums,
+            on_accepted=lambda: self.loop.call_soon_threadsafe(self._leader_took_us, uri, host))
         self.client.start()
-        if self.proxies is not None:
+
+    def _leader_took_us(self, uri, host):
+        """The leader at uri took this node as a follower: clients are piped
+        to it from now on. Not before: it believes the PROXY header a pipe
+        starts with only from its followers' addresses, and a new leader
+        would take the first pipes for a stranger's (and log an error)."""
+        if self.proxies is not None and uri == self.leader_uri:
             self.proxies.retarget(host)
 
     def _leader_gone(self, kv):
@@ -309,7 +346,9 @@ class Node:
         from lavinmq import launcher, server as broker
         from lavinmq.clustering.replicator import Replicator
         from lavinmq.clustering.server import ReplicationServer
+        from lavinmq.http import compat
         self.role = "leader"
+        compat.set_node_name(self.name)     # the API names this node as the others do
         self.elected_at = self.loop.time()
         log.info("elected leader (node %s)", settings.to_base36(self.node_id))
         self._hook(self.config.clustering_on_leader_elected, "on_leader_elected")
@@ -342,7 +381,8 @@ class Node:
         except Exception:
             self.fence("the broker did not start")
             raise
-        log.info("leading: AMQP on %s:%d", self.config.amqp_bind, self.config.amqp_port)
+        log.info("leading: AMQP on %s:%d, %.0f ms after the election", self.config.amqp_bind, self.config.amqp_port,
+                 (self.loop.time() - self.won_at) * 1000)
         stop = asyncio.ensure_future(self.stopping.wait())
         fenced = asyncio.ensure_future(self.fenced.wait())
         await asyncio.wait([stop, fenced], return_when=asyncio.FIRST_COMPLETED)
@@ -368,6 +408,13 @@ class Node:
                     out[os.path.relpath(path, self.data_dir).replace(os.sep, "/")] = size
         return out
 
+    def peer_name(self, node_id):
+        """A node's name (settings.node_name) from the URI it advertised; one
+        this node has not heard from yet (an ISR member that has not
+        connected since this node took over) by its id."""
+        uri = self.peers.get(node_id)
+        return settings.node_name(uri) if uri else f"lavinmq@{settings.to_base36(node_id)}"
+
     def is_follower_host(self, host):
         """Whether a follower's replication link comes from this address:
         its pipes' PROXY headers are believed (lavinmq/listener.py)."""
@@ -381,7 +428,7 @@ class Node:
         if self.replicator is not None:
             self.replicator.fence(reason)
         if not self.fenced.is_set():
-            log.warning("leadership ends: %s", reason)
+            log.log(logging.INFO if reason == STOPPING else logging.WARNING, "leadership ends: %s", reason)
             self.fenced.set()
 
     async def _step_down(self):
@@ -397,7 +444,7 @@ class Node:
                 await self._rounds_released(ROUNDS_WAIT)
             except Exception:       # the hand-over must happen whatever went wrong before it
                 log.exception("draining the clients before the hand-over")
-        self.fence("stopping")
+        self.fence(STOPPING)
         await asyncio.to_thread(self.lease.revoke)
         log.info("lease given back: a follower takes over")
         if self.repl_server is not None:
@@ -434,8 +481,14 @@ class Node:
         restart(self.config.argv)
         return FENCED_EXIT
 
+    async def _close_control(self):
+        if self.control is not None:
+            await self.control.close()
+            self.control = None
+
     async def _leave(self):
         """Whatever the way out: no thread left behind, the lease given back."""
+        await self._close_control()
         if self.role != "restarting":
             await asyncio.to_thread(self.lease.revoke)
         await self._stop_following()
@@ -470,6 +523,25 @@ class Node:
         if self.client is not None:
             out["replication"] = self.client.status()
         return out
+
+
+# what leading imports that following does not (a promotion would pay for
+# importing them: ~0.1-0.3 s here, while clients wait); each pulls in the rest
+LEADER_MODULES = ("lavinmq.http.server", "lavinmq.http.app", "lavinmq.mqtt.broker", "lavinmq.mqtt.listener",
+                  "lavinmq.mqtt.connection", "lavinmq.parameters", "lavinmq.shovel.store", "lavinmq.shovel.runner",
+                  "lavinmq.federation.manager", "lavinmq.client.run_loop", "lavinmq.policy_apply",
+                  "lavinmq.websocket.upgrade", "lavinmq.long_work", "lavinmq.clustering.server",
+                  "lavinmq.clustering.replicator", "lavinmq.clustering.status")
+
+
+def _import_leader_modules():
+    """In a thread while following: what the leader needs, imported ahead."""
+    import importlib
+    for name in LEADER_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:       # noqa: BLE001 (the promotion imports it again and says why)
+            log.debug("importing %s ahead of a promotion", name, exc_info=True)
 
 
 def restart(argv):

@@ -4,8 +4,10 @@ a client may connect to any node: AMQP (and AMQPS), the management API
 ports, and each connection is piped to the leader's host on the same port
 number (every node of a cluster uses the same ports).
 
-A client that connects while there is no leader (a failover in progress)
-waits up to WAIT_FOR_LEADER seconds for one, then is closed. When the
+A client that connects while there is no leader (a failover in progress),
+or before the leader has taken this node as a follower (the node retargets
+then: lavinmq/clustering/node.py), waits up to WAIT_FOR_LEADER seconds for
+one, then is closed. When the
 leader changes, the pipes to the old one are closed: their clients
 reconnect, and land on the new leader. Bytes are passed as they come, with
 flow control both ways (a slow side pauses the other's reads); nothing is
@@ -25,6 +27,8 @@ it passes through and names the client.
 """
 import asyncio
 import logging
+import os
+import socket
 
 from lavinmq import proxy_protocol, sockopts
 
@@ -157,6 +161,7 @@ class Proxies:
     async def start(self):
         from lavinmq.listener import ListenError, bind_sockets
         loop = asyncio.get_running_loop()
+        opened = []
         for bind, port, what in self.listeners:
             try:
                 # the sockets the process took at start (lavinmq/ports.py), or new ones
@@ -167,9 +172,10 @@ class Proxies:
             for sock in socks:
                 server = await loop.create_server(lambda port=port, what=what: _ClientSide(self, port, what),
                                                   sock=sock)
-                self.servers.append(server)
-        if self.servers:
-            log.info("proxying %s to the leader", ", ".join(f"{w} ({b}:{p})" for b, p, w in self.listeners))
+                self.servers.append((bind, port, server))
+            opened.append(f"{what} ({bind}:{port})")
+        if opened:      # the ones that opened only: one that did not was named above
+            log.info("proxying %s to the leader", ", ".join(opened))
 
     def local_addr(self, client_transport):
         """Connect from the address the client reached: on 127.0.0.x the
@@ -202,12 +208,22 @@ class Proxies:
             side.close()
         self._changed.set()
 
-    async def close(self):
+    async def close(self, hand_over=False):
+        """Stop proxying. hand_over (this node was elected): each listening
+        socket stays open, a duplicate of it left in lavinmq.listener.HELD
+        for the broker's listener on that address and port, so the port
+        never refuses a client while the broker starts; what connects
+        meanwhile waits in the kernel's backlog and is served by it."""
         servers, self.servers = self.servers, []
-        for server in servers:
+        if hand_over:
+            from lavinmq import listener
+            for bind, port, server in servers:
+                kept = [socket.socket(fileno=os.dup(s.fileno())) for s in server.sockets]
+                listener.HELD.setdefault((bind, port), []).extend(kept)
+        for _, _, server in servers:
             server.close()
         for side in list(self.pipes):
             side.close()
         self._changed.set()
-        for server in servers:
+        for _, _, server in servers:
             await server.wait_closed()

@@ -34,6 +34,7 @@ import time
 from lavinmq.clustering import protocol
 from lavinmq.clustering.coordinator import StaleLeadership, format_isr
 from lavinmq.clustering.etcd import EtcdError
+from lavinmq.clustering.settings import node_name, to_base36
 
 log = logging.getLogger("lavinmq.clustering.replicator")
 
@@ -45,6 +46,7 @@ ISR_RETRY = 0.5                     # s between attempts to write the ISR while 
 SYNC_GRACE = 2.0                    # s a confirm waits for a connected ISR member to finish its sync
                                     # (after a failover they all sync again) before it is written out
 SEGMENT_HEADER = 4
+STOPPING = "stopping"               # the fence reason of a clean stop (lavinmq.clustering.node)
 APPENDED = ("definitions.amqp", "consumer_offsets")   # files only ever appended to (or replaced)
 APPENDED_PREFIXES = ("acks.", "requeued.")
 
@@ -77,6 +79,10 @@ class FollowerLink:
         self.requests_done = None       # ... and the future its REQUEST_END resolves
         self.acks_task = None           # the task reading what the follower sends
         self.uri = None                 # where it says it can be reached when it leads
+
+    def __str__(self):
+        """As the logs name it: its name and node id, as /api/nodes and the ISR key do."""
+        return f"{node_name(self.uri) if self.uri else 'follower'} ({to_base36(self.node_id)})"
 
     @property
     def receiving(self):
@@ -157,6 +163,7 @@ class Replicator:
         self.ops = []                       # ("changed" | "removed", rel) since the last capture
         self.known = {}                     # rel -> (inode, size) the followers have of an appended file
         self.isr = set()                    # followers in sync: confirms wait for their acks
+        self.left = {}                      # node id -> (who, why) it left self.isr (for the warning)
         self.etcd_isr = set(etcd_isr)       # what the ISR key says (it includes this node)
         self.isr_dirty = False              # a round waits on a member to leave the ISR key
         self.writing_isr = False
@@ -185,7 +192,9 @@ class Replicator:
         # never idle again: a confirm sent because nothing seemed to wait
         # would cover earlier publishes that were withheld
         self.syncer.replicating = 1 << 30
-        log.warning("replication fenced (%s): %d flush(es) of confirms withheld", reason, dropped)
+        # a clean stop that withholds nothing is no news; anything else is
+        log.log(logging.INFO if reason == STOPPING and not dropped else logging.WARNING,
+                "replication fenced (%s): %d flush(es) of confirms withheld", reason, dropped)
         if self.on_fence is not None:
             self.on_fence(reason)
 
@@ -204,7 +213,7 @@ class Replicator:
     def add_link(self, link):
         old = self.links.get(link.node_id)
         if old is not None:
-            log.info("follower %x connected again: the older connection is closed", link.node_id)
+            log.info("%s connected again: the older connection is closed", link)
             self.remove_link(old)
         self.links[link.node_id] = link
 
@@ -212,11 +221,13 @@ class Replicator:
         if self.links.get(link.node_id) is link:
             del self.links[link.node_id]
         if not link.closed:
-            log.info("follower %x %s (lag %d bytes)", link.node_id, reason, link.lag)
+            log.info("%s %s (lag %d bytes)", link, reason, link.lag)
         link.close()
         if link.node_id in self.isr:
+            # the ISR key still names it: it is written without it only when
+            # a confirm waits on it (_write_isr warns then), never on a clean stop
             self.isr.discard(link.node_id)
-            log.warning("follower %x left the in-sync replicas: %s", link.node_id, reason)
+            self.left[link.node_id] = (str(link), reason)
         self.check_rounds()
 
     def acked(self, link, position):
@@ -230,7 +241,8 @@ class Replicator:
         if not link.in_sync and link.join_at is not None and link.acked >= link.join_at:
             link.in_sync = True
             self.isr.add(link.node_id)
-            log.info("follower %x is in sync", link.node_id)
+            self.left.pop(link.node_id, None)
+            log.info("%s is in sync", link)
             self._write_isr_soon()
         self.check_rounds()
 
@@ -414,6 +426,9 @@ class Replicator:
                     log.warning("writing the ISR %s: %s; retrying", format_isr(want), exc)
                     await asyncio.sleep(ISR_RETRY)
                     continue
+                for gone in sorted(self.etcd_isr - want):
+                    who, why = self.left.pop(gone, (to_base36(gone), "not connected to this leader"))
+                    log.warning("the in-sync replicas shrink: %s left (%s)", who, why)
                 self.etcd_isr = want
                 if want == self.desired_isr():
                     break

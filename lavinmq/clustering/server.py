@@ -114,7 +114,7 @@ class ReplicationServer:
             link = FollowerLink(node_id, writer, peer)
             link.uri = uri
             self.replicator.add_link(link)
-            log.info("follower %x connected from %s", node_id, peer[0] if peer else "?")
+            log.info("%s connected from %s", link, peer[0] if peer else "?")
             acks = link.acks_task = asyncio.ensure_future(self._read_acks(reader, link))
             try:
                 await self._full_sync(reader, link)
@@ -125,7 +125,9 @@ class ReplicationServer:
             if link is None:
                 log.info("replication connection from %s refused: %s", peer, exc or type(exc).__name__)
             else:
-                self.replicator.remove_link(link, f"disconnected ({exc or type(exc).__name__})")
+                closed = isinstance(exc, asyncio.IncompleteReadError) and not exc.partial
+                self.replicator.remove_link(link, "disconnected" if closed else
+                                            f"disconnected ({exc or type(exc).__name__})")
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -164,7 +166,7 @@ class ReplicationServer:
                     link.state = "buffering"        # batches from here on are held, then sent
                 await self._sync_pass(reader, link, pass_no)
             link.start_streaming()
-        log.info("follower %x synced; streaming", link.node_id)
+        log.info("%s synced; streaming", link)
 
     async def _sync_pass(self, reader, link, pass_no):
         sizes = self.replicator.logical_sizes()
@@ -184,8 +186,8 @@ class ReplicationServer:
             sent += await self._send_file(link, rel, rel in sizes, listed[rel])
         link.write(protocol.frame(protocol.SYNC_END, bytes((pass_no,))))
         await link.writer.drain()
-        log.info("follower %x sync pass %d: %d files listed, %d sent (%d bytes), %d hashed (%d bytes)",
-                 link.node_id, pass_no, len(entries), len(wanted), sent, *hashed)
+        log.info("%s sync pass %d: %d files listed, %d sent (%d bytes), %d hashed (%d bytes)",
+                 link, pass_no, len(entries), len(wanted), sent, *hashed)
 
     async def _requests(self, link):
         """The paths the follower asks for (its ack reader collects them)."""

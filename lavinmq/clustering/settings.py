@@ -78,6 +78,17 @@ def parse_uri(uri):
     return u.hostname, port
 
 
+def node_name(uri):
+    """How the management API, lavinmqctl and the logs name a node:
+    lavinmq@<host of its advertised URI> (RabbitMQ's name@host shape; the
+    URIs differ per node, and so do their hosts, as every node of a cluster
+    uses the same ports)."""
+    try:
+        return f"lavinmq@{parse_uri(uri)[0]}"
+    except ValueError:
+        return f"lavinmq@{uri}"
+
+
 def to_base36(n):
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""

@@ -34,42 +34,36 @@ async def replicated(server):
 def nodes(server, this_node):
     """/api/nodes in a cluster: this node (the leader) with its followers
     (LavinMQ's `followers`), then an entry per other node it knows of:
-    connected followers, and ISR members that are not connected."""
+    connected followers, and ISR members that are not connected. Every node
+    has one name wherever it appears (its own entry, the leader's `isr`,
+    the Nodes page): lavinmq@<host of its advertised URI>."""
     node = node_of(server)
     if node is None or node.replicator is None:
         return [this_node]
     rep = node.replicator
     followers = []
     for f in rep.followers():
-        followers.append({"id": to_base36(f["id"]), "uri": f["uri"], "remote_address": f["address"],
-                          "state": f["state"], "in_isr": f["in_isr"], "sent_bytes": f["sent_bytes"],
-                          "acked_bytes": f["acked_bytes"], "lag_in_bytes": f["lag_in_bytes"]})
-    this_node = dict(this_node, role="leader", cluster_node_id=to_base36(node.node_id), uri=node.uri,
-                     in_isr=node.node_id in rep.etcd_isr, isr=sorted(to_base36(i) for i in rep.etcd_isr),
+        node.peers[f["id"]] = f["uri"]
+        followers.append({"id": to_base36(f["id"]), "name": node.peer_name(f["id"]), "uri": f["uri"],
+                          "remote_address": f["address"], "state": f["state"], "in_isr": f["in_isr"],
+                          "sent_bytes": f["sent_bytes"], "acked_bytes": f["acked_bytes"],
+                          "lag_in_bytes": f["lag_in_bytes"]})
+    this_node = dict(this_node, name=node.name, role="leader", cluster_node_id=to_base36(node.node_id), uri=node.uri,
+                     in_isr=node.node_id in rep.etcd_isr, isr=sorted(node.peer_name(i) for i in rep.etcd_isr),
                      followers=followers)
     out = [this_node]
     seen = set()
     for f in followers:
         seen.add(f["id"])
-        out.append({"name": f"lavinmq@{_host(f['uri']) or f['remote_address']}", "type": "disc",
-                    "running": True, "role": "follower", "cluster_node_id": f["id"], "uri": f["uri"],
-                    "in_isr": f["in_isr"], "state": f["state"], "lag_in_bytes": f["lag_in_bytes"]})
+        out.append({"name": f["name"], "type": "disc", "running": True, "role": "follower",
+                    "cluster_node_id": f["id"], "uri": f["uri"], "in_isr": f["in_isr"], "state": f["state"],
+                    "lag_in_bytes": f["lag_in_bytes"]})
     for i in sorted(rep.etcd_isr - {node.node_id}):
         if to_base36(i) not in seen:
-            out.append({"name": f"lavinmq@{to_base36(i)}", "type": "disc", "running": False, "role": "follower",
-                        "cluster_node_id": to_base36(i), "uri": None, "in_isr": True,
+            out.append({"name": node.peer_name(i), "type": "disc", "running": False, "role": "follower",
+                        "cluster_node_id": to_base36(i), "uri": node.peers.get(i), "in_isr": True,
                         "state": "disconnected", "lag_in_bytes": None})
     return out
-
-
-def _host(uri):
-    if not uri:
-        return None
-    try:
-        from lavinmq.clustering.settings import parse_uri
-        return parse_uri(uri)[0]
-    except ValueError:
-        return None
 
 
 def metrics(server, w):

@@ -19,7 +19,20 @@ import time
 from lavinmq import churn
 from lavinmq.http.stats import is_quiet, queue_message_stats, rates_for
 
-NODE = "lavinmq@localhost"      # RabbitMQ's node name field; one node
+NODE = "lavinmq@localhost"      # RabbitMQ's node name field, on a single node
+_node_name = NODE
+
+
+def node_name():
+    """This node's name in every answer (`node` fields, /api/nodes/{name}):
+    NODE, or a cluster's leader's own (lavinmq.clustering.settings.node_name),
+    so that it is the name the other nodes give it."""
+    return _node_name
+
+
+def set_node_name(name):
+    global _node_name
+    _node_name = name or NODE
 
 PLACE = "LavinMQ Management"
 AUTH_MECHANISMS = [{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
@@ -186,7 +199,7 @@ def contexts(server):
 
 
 def _node():
-    return NODE
+    return _node_name
 
 
 def listeners(server):

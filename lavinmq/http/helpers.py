@@ -4,6 +4,7 @@ raises (HTTPError), RabbitMQ's tag rules, the JSON body, list parameters
 connection a request names. Imports no route module (tests/unit/
 test_import_cycles.py keeps it so)."""
 import asyncio
+import json
 
 from aiohttp import web
 
@@ -56,14 +57,50 @@ async def body_json(request):
     """The request's JSON object, read within http_read_timeout."""
     try:
         async with asyncio.timeout(request.app["server"].config.http_read_timeout):
-            data = await request.json() if request.can_read_body else {}
+            raw = await request.read() if request.can_read_body else b""
     except TimeoutError:
         raise HTTPError(408, "request body not received in time (http_read_timeout)")
-    except ValueError as exc:
-        raise HTTPError(400, f"Malformed JSON: {exc}")
+    data = parse_json(raw) if raw else {}
     if not isinstance(data, dict):
         raise HTTPError(400, "Malformed JSON: expected an object")
     return data
+
+
+# Objects and arrays a request body may nest: a definitions file nests 5 or
+# 6 deep with its arguments, and arguments are AMQP tables (32 levels at
+# most). 100,000 levels made the parser raise RecursionError (a 500), and a
+# value stored some hundreds deep would fail every listing that shows it.
+MAX_JSON_DEPTH = 64
+
+
+def parse_json(raw):
+    """bytes -> the value, or HTTPError 400 (malformed, or nested deeper
+    than MAX_JSON_DEPTH)."""
+    too_deep = f"Malformed JSON: nested more than {MAX_JSON_DEPTH} levels deep"
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise HTTPError(400, too_deep) from None
+    except ValueError as exc:
+        raise HTTPError(400, f"Malformed JSON: {exc}") from None
+    # as deep as it has brackets at most: a body with few is not walked
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _deeper_than(data, MAX_JSON_DEPTH):
+        raise HTTPError(400, too_deep)
+    return data
+
+
+def _deeper_than(value, limit):
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((x, depth + 1) for x in v if isinstance(x, (dict, list)))
+    return False
 
 
 def typed(body, key, kind, default=_MISSING):

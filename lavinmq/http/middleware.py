@@ -60,7 +60,7 @@ async def _errors_and_auth(request, handler):
         return resp
     except AMQPError as exc:
         return error_response(AMQP_STATUS.get(exc.reply_code, 400), "bad_request", exc.reply_text)
-    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError) as exc:
+    except (TypeError, ValueError, KeyError, UnicodeError, OverflowError, RecursionError) as exc:
         # input of a shape no handler checked for: still the client's fault, never a 500
         log.warning("HTTP %s %s: unexpected input: %r", request.method, request.path, exc)
         return error_response(400, "bad_request", f"bad request: {exc}")
@@ -127,21 +127,40 @@ async def authenticate(request):
     peer = request.remote or ""
     throttle = server.login_throttle
     key = throttle.key(peer, user, server.users.get(user) is not None)
-    delay = throttle.delay_for(*key)
-    if delay:
-        # backing off (lavinmq.auth.throttle): answered late, whatever the password
-        await asyncio.sleep(delay)
+    turn = asyncio.get_running_loop().create_future()
+    waiting = throttle.admit(*key, _take_turn, turn, alive=lambda: _still_there(request, turn))
+    if waiting is not None:
+        # backing off (lavinmq.auth.throttle): checked in the address's line, whatever the password
+        try:
+            await turn
+        finally:
+            waiting.cancel()    # the client went: its place in the line is given up
     auth = getattr(server, "auth", None) or server.users
     if auth is not server.users and auth.needs_keys(password):
         await auth.ensure_keys()        # a token before the issuer's keys are fetched
     u = auth.authenticate(user, password)
     if u is None or (u.loopback_only and peer and not _is_loopback(peer)):
-        throttle.failed(*key)
-        _login_log("HTTP login refused for user %r from %s", user, peer)
+        if throttle.failed(*key):      # not per attempt while the key backs off: its episode has a line
+            _login_log("HTTP login refused for user %r from %s", user, peer)
         raise HTTPError(401, "Login failed")
     if not u.tags:
         raise HTTPError(401, "Login failed")       # users without any tag have no management access
     return u
+
+
+def _take_turn(turn):
+    if not turn.done():
+        turn.set_result(None)
+
+
+def _still_there(request, turn):
+    """Asked when a waiting login's turn comes: a client that went is not checked."""
+    transport = request.transport
+    if transport is not None and not transport.is_closing():
+        return True
+    if not turn.done():
+        turn.cancel()
+    return False
 
 
 def _is_loopback(host):

@@ -9,7 +9,7 @@ from lavinmq.http.field_json import json_table, json_value
 from lavinmq.http.stats import queue_message_stats, rates_for
 from lavinmq.queue import queue_type
 
-NODE = compat.NODE
+node_name = compat.node_name
 
 
 def rate(value):
@@ -31,7 +31,7 @@ def vhost(v, server=None):
     r = rates_for(("vhost", v.name)) or {}
     return {"name": v.name, "description": "", "tags": [], "default_queue_type": "classic",
             "metadata": {"description": "", "tags": []}, "tracing": False,
-            "cluster_state": {NODE: "running"},
+            "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
             "messages_details": rate(r.get("messages")), "messages_ready_details": rate(r.get("messages_ready")),
             "messages_unacknowledged_details": rate(r.get("messages_unacknowledged")),
@@ -69,7 +69,7 @@ def exchange(ex):
 def queue(q, details=False):
     ready, unacked = q.message_count, q.unacked_count
     out = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "exclusive": q.exclusive,
-           "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": NODE,
+           "auto_delete": q.auto_delete, "arguments": json_table(q.arguments), "node": node_name(),
            "type": "mqtt" if q.arguments.get("x-queue-type") == "mqtt" else queue_type(q),
            "state": "closed" if q.closed else "paused" if q.paused else "running",
            "single_active_consumer_tag": q.active.tag if q.single_active and q.active is not None else None,
@@ -115,7 +115,7 @@ def _active(c):
 def channel_ref(ch):
     conn = ch.connection
     return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "connection_name": conn.name,
-            "node": NODE, "peer_host": conn.peer[0], "peer_port": conn.peer[1],
+            "node": node_name(), "peer_host": conn.peer[0], "peer_port": conn.peer[1],
             "user": conn.user.name if conn.user else ""}
 
 
@@ -147,7 +147,7 @@ def default_binding(vhost_, q):
 def connection(conn, now=None):
     st = conn.state
     chans = conn.open_channels()
-    return {"name": conn.name, "node": NODE, "vhost": conn.vhost.name if conn.vhost else None,
+    return {"name": conn.name, "node": node_name(), "vhost": conn.vhost.name if conn.vhost else None,
             "user": conn.user.name if conn.user else None, "state": "blocked" if st.blocked else "running",
             "channels": len(chans), "channel_max": conn.channel_max, "frame_max": conn.frame_max,
             "timeout": conn.heartbeat_interval, "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
@@ -165,7 +165,7 @@ def connection(conn, now=None):
 
 def channel(ch):
     conn = ch.connection
-    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "node": NODE,
+    return {"name": f"{conn.name} ({ch.id})", "number": ch.id, "node": node_name(),
             "vhost": conn.vhost.name if conn.vhost else None, "user": conn.user.name if conn.user else None,
             "connection_details": {"name": conn.name, "peer_host": conn.peer[0], "peer_port": conn.peer[1]},
             "confirm": bool(ch.confirm), "transactional": bool(ch.tx), "consumer_count": len(ch.consumers),
@@ -189,7 +189,7 @@ def definitions(server, only=None):
         out["users"] = [user(u) for u in server.users.users.values()]      # tags as a list, as 3.10
         stored = getattr(server, "global_parameters", None)
         stored = stored.values if stored is not None else {}
-        out["global_parameters"] = [{"name": "cluster_name", "value": NODE}] * ("cluster_name" not in stored) + \
+        out["global_parameters"] = [{"name": "cluster_name", "value": node_name()}] * ("cluster_name" not in stored) + \
             [{"name": n, "value": v} for n, v in stored.items()]
         out["topic_permissions"] = []       # no topic permissions here
         out["vhosts"] = [{"name": v.name, "limits": v.limits, "metadata": {"description": "", "tags": []}}

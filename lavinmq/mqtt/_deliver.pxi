@@ -147,7 +147,7 @@ cdef class SessionConsumer(ConsumerBase):
 
     cdef bint has_capacity(self):
         cdef ConnState st = self.st
-        if st.paused or st.closed or self.conn.phase != MP_OPEN:
+        if st.paused or st.closed or self.conn.phase != MP_OPEN or self.conn.output_held:
             return False
         if self.no_ack:
             return True
@@ -302,13 +302,15 @@ cdef class SessionConsumer(ConsumerBase):
         if kind == T_PUBACK and f.state == FL_SENT and f.qos == 1:
             f.state = FL_DONE
             self.ack_count += 1
-            self.queue.ack(f.sp)
+            if f.sp.seg:            # 0: a retained message, never in the queue
+                self.queue.ack(f.sp)
         elif kind == T_PUBREC and f.state == FL_SENT and f.qos == 2:
             # the client has it: the message leaves the queue; the packet id
             # stays taken until PUBCOMP
             f.state = FL_RELEASED
             self.ack_count += 1
-            self.queue.ack(f.sp)
+            if f.sp.seg:
+                self.queue.ack(f.sp)
             self.conn.owe((T_PUBREL << 4) | 2, pid)
         elif kind == T_PUBCOMP and f.state == FL_RELEASED:
             f.state = FL_DONE
@@ -332,7 +334,7 @@ cdef class SessionConsumer(ConsumerBase):
         for i in range(self.head, self.tail):
             f = &self.ring[i]
             if f.state == FL_SENT:
-                if not q.closed:
+                if not q.closed and f.sp.seg:
                     q.reject(f.sp, requeue)
             elif f.state == FL_RELEASED:
                 released.append((self.head_tag + <uint64_t>(i - self.head) - 1) % MAX_PACKET_ID + 1)
@@ -341,6 +343,26 @@ cdef class SessionConsumer(ConsumerBase):
         self.inflight = 0
         self.unacked = 0
         return released
+
+    def take_packet_ids(self, Py_ssize_t n, int qos):
+        """Packet ids for n retained messages sent outside the queue
+        (lavinmq.mqtt.retain_delivery), tracked in the ring as deliveries
+        are (segment 0: an ack settles nothing in the queue, and they are
+        not sent again if the client goes first) -> list, or None when
+        the window has no room for n now."""
+        cdef SP none
+        cdef uint64_t tag
+        cdef list ids = []
+        if <uint64_t>(self.tail - self.head) + <uint64_t>n > self.window:
+            return None
+        none.seg = 0
+        none.pos = 0
+        none.size = 0
+        for _ in range(n):
+            tag = self.head_tag + <uint64_t>(self.tail - self.head)
+            ids.append(<uint16_t>((tag - 1) % MAX_PACKET_ID + 1))
+            self.track(none, <uint8_t>qos)
+        return ids
 
     @property
     def in_flight(self):

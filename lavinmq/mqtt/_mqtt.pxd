@@ -55,6 +55,7 @@ cdef class MQTTCore(FlowClient):
         bint filled                      # the last read filled the buffer
         Py_ssize_t offered               # free bytes of the last get_buffer
         public bint may_publish          # permission_check_enabled: write on the exchange
+        public bint output_held          # a retained message is being streamed: nothing else is written
         public Exchange exchange         # amq.topic of the session's vhost
         public bytearray qos2_in         # session state: packet ids of QoS 2 publishes awaiting PUBREL
         public SessionConsumer consumer  # the session's, once it has a queue

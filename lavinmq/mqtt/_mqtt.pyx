@@ -55,14 +55,11 @@ cdef enum:
 
 # The properties of a record made from a PUBLISH of QoS 0, 1, 2 (disk form:
 # flags LE, headers as a LE length and the wire's table body, delivery_mode)
-cdef bytes _qos_props(int qos, bint retained):
+cdef bytes _qos_props(int qos):
     table = b"\x12x-mqtt-publish-qos" + b"b" + bytes((qos,))
-    if retained:
-        table += b"\x0dx-mqtt-retain" + b"t\x01"
     return b"\x00\x30" + len(table).to_bytes(4, "little") + table + bytes((2 if qos else 1,))
 
-cdef list PROPS = [_qos_props(q, False) for q in range(3)]
-cdef list RETAINED_PROPS = [_qos_props(q, True) for q in range(3)]
+cdef list PROPS = [_qos_props(q) for q in range(3)]
 cdef Py_ssize_t PROPS_LEN = len(PROPS[0])
 cdef bytes EXCHANGE_NAME = b"amq.topic"
 
@@ -86,26 +83,6 @@ cdef inline double monotonic() noexcept nogil:
 
 cdef inline bint is_session(Queue q) noexcept:
     return <PyTypeObject *>Py_TYPE(q) == _session_type
-
-
-def build_record(bytes topic, bytes body, int qos, bint retained, uint64_t ts):
-    """A store record for topic/body as an MQTT publish makes it (retained
-    messages delivered on subscribe carry x-mqtt-retain)."""
-    cdef WriteBuffer wb = WriteBuffer()
-    cdef bytes props = (RETAINED_PROPS if retained else PROPS)[qos]
-    cdef Py_ssize_t i
-    cdef bytes rk = bytes([swap_separator(c) for c in topic]) if topic else b""
-    wb.reserve(8)
-    put_le64(wb.buf, ts)
-    wb.len = 8
-    wb.write_shortstr(EXCHANGE_NAME, len(EXCHANGE_NAME))
-    wb.write_shortstr(rk, len(rk))
-    wb.write_bytes(props)
-    wb.reserve(8)
-    put_le64(wb.buf + wb.len, len(body))
-    wb.len += 8
-    wb.write_bytes(body)
-    return wb.getvalue()
 
 
 cdef class MQTTCore:
@@ -436,7 +413,7 @@ cdef class MQTTCore:
 
     def flush(self):
         cdef WriteBuffer wb = self.state.wbuf
-        if wb.len == 0:
+        if wb.len == 0 or self.output_held:
             return
         if self.transport is None:
             wb.clear()
@@ -444,6 +421,16 @@ cdef class MQTTCore:
         self.state.send_oct += wb.len
         self.last_send = monotonic()
         self.transport.write(wb.take())
+
+    def send_raw(self, buf):
+        """Part of a packet made elsewhere (a retained message, lavinmq.mqtt.
+        retain_delivery), written as it is; the caller holds other output
+        back (output_held) until its packet is whole."""
+        if self.transport is None:
+            return
+        self.state.send_oct += len(buf)
+        self.transport.write(buf)
+        self.last_send = monotonic()
 
     def send(self, bytes data):
         """A control packet from Python (CONNACK, SUBACK, ...); flushed with

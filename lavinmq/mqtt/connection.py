@@ -14,6 +14,7 @@ from lavinmq.mqtt import _mqtt, session, topics
 from lavinmq.mqtt.errors import (
     ProtocolError, ConnectRefused, BAD_CREDENTIALS, IDENTIFIER_REJECTED, NOT_AUTHORIZED, SERVER_UNAVAILABLE,
 )
+from lavinmq.mqtt.retain_delivery import RetainedDelivery
 
 log = logging.getLogger("lavinmq.mqtt")
 _login_log = RateLimitedLog(log, logging.WARNING)
@@ -45,6 +46,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self.keepalive = 0
         self.will = None
         self.session_queue = None
+        self.retained = None            # lavinmq.mqtt.retain_delivery.RetainedDelivery, at a first match
         self.transport_name = "tcp"     # or "websocket"
         self.connected_at = int(time.time() * 1000)
         self.accepted = time.monotonic()
@@ -116,10 +118,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self._connect_throttled(args)
 
     def _connect_throttled(self, args):
-        delay = self.login_delay(self._throttle_key(args[6]))
-        if not delay:
-            return self._connect(args)
-        self.answer_login_later(delay, self._connect_late, args)
+        if not self.login_later(self._throttle_key(args[6]), self._connect_late, args):
+            self._connect(args)
 
     async def _connect_after_keys(self, auth, args):
         await auth.ensure_keys()        # never raises: a failed fetch leaves the keys empty
@@ -155,6 +155,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             user, vhost = self._login(username, password)
             client_id = self._client_id(client_id.decode(), clean, user.name)
             self._check_limits(vhost, user)
+            self._may_take_session(vhost, user, client_id)
         except ConnectRefused as exc:
             return self.refuse_connect(exc)
         if will is not None:
@@ -181,8 +182,6 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 vhost.delete_queue(qname)
                 q = None
             broker.sessions.pop(client_id, None)
-        elif q is not None and not isinstance(q, session.SessionQueue):
-            q = None        # an AMQP queue of that name: not a session
         present = q is not None
         st = broker.session_state(client_id)
         self.qos2_in = st.qos2_in       # None until the session's first QoS 2 publish
@@ -190,6 +189,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         self.may_publish = self._may_write_exchange()
         vhost.connections.add(self)
         self.phase = _mqtt.MP_OPEN_
+        # a resource alarm already on holds this publisher too (set_blocked
+        # only tells the connections open when it changes), as AMQP's open does
+        self.state.blocked = self.server.alarm_reason is not None
         if self.ticket is not None:
             self.ticket.login()     # no longer a socket the connection guard may close for room
         self.send(_mqtt.connack(present, 0))
@@ -222,7 +224,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             self.close(text="token expired")
 
     def refuse_connect(self, exc):
-        _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
+        if exc.logged:
+            _login_log("MQTT connection %s refused (CONNACK %d): %s", self.name, exc.code, exc.reason)
         self.send(_mqtt.connack(False, exc.code))
         self._shut(publish_will=False, reason="connect refused")
 
@@ -255,9 +258,9 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
             reason = f"login refused for user {username!r}"
         if user is None:
             key = self._throttle_key(raw_username)
-            if key is not None:
-                self.server.login_throttle.failed(*key)
-            raise ConnectRefused(BAD_CREDENTIALS, reason)
+            # a key that backs off has its episode's line (lavinmq.auth.throttle), not one per attempt
+            logged = key is None or self.server.login_throttle.failed(*key)
+            raise ConnectRefused(BAD_CREDENTIALS, reason, logged)
         vhost = self.server.vhosts.get(vhost_name)
         if vhost is None:
             raise ConnectRefused(NOT_AUTHORIZED, f"vhost {vhost_name!r} not found")
@@ -289,6 +292,28 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         if limit is not None and len(vhost.connections) >= limit:
             raise ConnectRefused(SERVER_UNAVAILABLE, f"vhost {vhost.name!r}: connection limit ({limit}) reached")
 
+    def _may_take_session(self, vhost, user, client_id):
+        """A CONNECT deletes (clean session) or takes over the queue of its
+        client id: only an MQTT session's (x-queue-type mqtt), and only its
+        user's, or with the configure right on it -- what deleting it over
+        AMQP needs. With client_id_validation = owner (the default) a
+        session, connected or kept, is its user's alone. Refused before
+        anything is touched (a connected client stays)."""
+        qname = session.queue_name(client_id)
+        q = vhost.queues.get(qname)
+        if q is not None and not isinstance(q, session.SessionQueue):
+            raise ConnectRefused(IDENTIFIER_REJECTED, f"queue {qname!r} exists and is not an MQTT session")
+        owner = session.owner(q)
+        if self.config.mqtt_client_id_validation == "owner":
+            connected = self.server.mqtt.broker(vhost).clients.get(client_id)
+            if connected is not None and connected.user is not None:
+                owner = connected.user.name
+            if owner is not None and owner != user.name:
+                raise ConnectRefused(IDENTIFIER_REJECTED, f"client id {client_id!r} is a session of another user")
+        if q is not None and owner != user.name and not user.can_configure(vhost.name, qname):
+            raise ConnectRefused(NOT_AUTHORIZED, f"user {user.name!r} may not configure {qname!r}, "
+                                                 f"the session of client id {client_id!r}")
+
     def _may_write_exchange(self):
         if not self.config.mqtt_permission_check_enabled:
             return True
@@ -306,7 +331,7 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         q = self.session_queue
         if q is not None and not q.closed and self.vhost.queues.get(q.name) is q:
             return q
-        q = session.declare(self.vhost, self.client_id, self.clean_session)
+        q = session.declare(self.vhost, self.client_id, self.clean_session, self.user.name)
         self._attach(q)
         return q
 
@@ -337,10 +362,10 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
 
     def on_subscribe(self, pid, filters):
-        q = self._session_queue()
+        allowed = self._may_subscribe()     # before the session's queue is made for it
+        q = self._session_queue() if allowed else self.session_queue
         vhost = self.vhost
         codes, retained = [], []
-        allowed = self._may_subscribe(q)
         for f, qos in filters:
             try:
                 key = topics.binding_key(f)
@@ -349,31 +374,42 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
                 codes.append(SUBACK_FAILURE)
                 continue
             if not allowed:
-                log.info("MQTT %s: SUBSCRIBE %r refused: user %s lacks read on amq.topic or write on %s",
-                         self.name, f[:100], self.user.name, q.name)
+                log.info("MQTT %s: SUBSCRIBE %r refused: user %s lacks read on amq.topic or write (and "
+                         "configure, to make it) on %s", self.name, f[:100], self.user.name,
+                         session.queue_name(self.client_id))
                 codes.append(SUBACK_FAILURE)
                 continue
             session.subscribe(vhost, q, key, qos)
             codes.append(qos)
-            retained.append((f.split(b"/"), qos))
+            retained.append((f, qos))
         if self.consumer is not None:
             self.consumer.set_filters(session.filters_for_consumer(vhost, q))
         self.send(_mqtt.suback(pid, codes))
-        if retained:
-            now = int(time.time() * 1000)
-            store = self.broker.retain
-            for levels, qos in retained:
-                for topic, body in store.matching(levels):
-                    q.publish_record(_mqtt.build_record(topic, body, qos, True, now))
+        if retained and len(self.broker.retain):
+            # read and stored off the event loop, at the client's pace
+            if self.retained is None:
+                self.retained = RetainedDelivery(self)
+            for f, qos in retained:
+                self.retained.add(f, f.split(b"/"), qos)
 
-    def _may_subscribe(self, q):
+    def _may_subscribe(self):
+        """Read on amq.topic and write on the session's queue (LavinMQ's
+        check), and configure on it when it must be made (as declaring it
+        over AMQP)."""
         if not self.config.mqtt_permission_check_enabled:
             return True
-        name = self.vhost.name
-        return self.user.can_read(name, session.EXCHANGE) and self.user.can_write(name, q.name)
+        name, user = self.vhost.name, self.user
+        qname = session.queue_name(self.client_id)
+        if not (user.can_read(name, session.EXCHANGE) and user.can_write(name, qname)):
+            return False
+        q = self.vhost.queues.get(qname)
+        return (q is not None and session.owner(q) == user.name) or user.can_configure(name, qname)
 
     def on_unsubscribe(self, pid, filters):
         q = self.session_queue
+        if self.retained is not None:
+            for f in filters:
+                self.retained.discard(f)
         if q is not None:
             for f in filters:
                 try:
@@ -420,6 +456,8 @@ class MQTTConnection(AcceptedConnection, _mqtt.MQTTCore, asyncio.BufferedProtoco
         if publish_will and self.will is not None and self.vhost is not None:
             self._publish_will()
         self.will = None
+        if self.retained is not None:
+            self.retained.cancel()
         try:
             self._leave_session()
         except Exception:

@@ -10,10 +10,11 @@ class ProtocolError(Exception):
 class ConnectRefused(Exception):
     """CONNECT refused with a CONNACK return code, then closed."""
 
-    def __init__(self, code, reason):
+    def __init__(self, code, reason, logged=True):
         super().__init__(reason)
         self.code = code
         self.reason = reason
+        self.logged = logged        # False: a login throttle's episode says it already
 
 
 # CONNACK return codes (MQTT 3.1.1, 3.2.2.3)

@@ -4,13 +4,16 @@ transient for a clean one. Subscriptions are the queue's bindings on
 amq.topic (argument x-mqtt-subscription-qos: the granted QoS), so a
 persistent session's subscriptions and QoS 1/2 messages survive a restart
 with the vhost's definitions and the queue's store."""
+from lavinmq.errors import AMQPError
 from lavinmq.mqtt import _mqtt, topics
+from lavinmq.mqtt.errors import ProtocolError
 from lavinmq.queue.classic import Queue
 
 QUEUE_TYPE = "mqtt"
 PREFIX = "mqtt."
 EXCHANGE = "amq.topic"
 QOS_ARG = "x-mqtt-subscription-qos"
+OWNER_ARG = "x-mqtt-owner"      # the user that made the session (lavinmq.arguments.BROKER_QUEUE_ARGS)
 
 
 class SessionQueue(Queue):
@@ -34,9 +37,27 @@ def queue_name(client_id):
     return PREFIX + client_id
 
 
-def declare(vhost, client_id, clean):
-    """The session's queue, made if it does not exist."""
-    return vhost.declare_queue(queue_name(client_id), not clean, None, clean, {"x-queue-type": QUEUE_TYPE})
+def owner(q):
+    """The user a session queue belongs to; None for one made before owners
+    were kept, or declared over AMQP (x-queue-type mqtt)."""
+    return q.arguments.get(OWNER_ARG) if q is not None and q.arguments else None
+
+
+def declare(vhost, client_id, clean, user):
+    """The session's queue, made (owned by `user`) if it does not exist. A
+    queue of that name that is not a session (declared over AMQP since the
+    CONNECT) is never used as one: ProtocolError, the connection closes."""
+    name = queue_name(client_id)
+    q = vhost.queues.get(name)
+    if q is not None:
+        if not isinstance(q, SessionQueue):
+            raise ProtocolError(f"queue {name!r} exists and is not an MQTT session")
+        q.touch()
+        return q
+    try:
+        return vhost.declare_queue(name, not clean, None, clean, {"x-queue-type": QUEUE_TYPE, OWNER_ARG: user})
+    except AMQPError as exc:
+        raise ProtocolError(f"the session's queue {name!r} cannot be declared: {exc}") from None
 
 
 def subscriptions(vhost, q):

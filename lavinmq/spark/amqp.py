@@ -157,30 +157,71 @@ def read_table(p, pos):
     return out, end
 
 
-def server_properties(uri, timeout=5.0):
+class NotAMQP(ConnectionError):
+    """Something listens at the address, but not an AMQP 0-9-1 broker."""
+
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+ANSWER_TIMEOUT = 2.0        # s a broker has to answer the protocol header (one answers at once)
+
+
+def server_properties(uri, timeout=5.0, answer_timeout=ANSWER_TIMEOUT):
     """What the broker at uri says of itself in Connection.Start (product,
     version, platform, information, ...), read before logging in: the
     socket is closed after the first frame, nothing is sent but the
-    protocol header."""
+    protocol header. NotAMQP when what answers is not an AMQP 0-9-1 broker:
+    another protocol's answer, another AMQP version's header (a broker that
+    does not speak 0-9-1 answers with the one it does), or no answer within
+    answer_timeout (an HTTP server waits for the rest of a request line)."""
     host, port, *_ = parse_uri(uri)
+    where = f"{host}:{port}"
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        sock.sendall(PROTOCOL_HEADER)
         buf = b""
+        deadline = time.monotonic() + answer_timeout
         while True:
-            if len(buf) >= 7:
-                if buf[0] != 1:      # not a method frame: e.g. another protocol's answer
+            if len(buf) >= 8 and buf.startswith(b"AMQP"):
+                raise NotAMQP(f"{where} answered with the protocol header of {amqp_version(buf[:8])}: "
+                              f"a broker of another AMQP version, not 0-9-1")
+            if len(buf) >= 7 and not buf.startswith(b"AMQP"):
+                if buf[0] != 1:      # not a method frame: another protocol's answer
                     break
                 size = struct.unpack_from(">I", buf, 3)[0]
                 if len(buf) >= size + 8:
                     break
-            chunk = sock.recv(65536)
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise socket.timeout
+                sock.settimeout(left)
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                raise NotAMQP(f"{where} did not answer the AMQP protocol header in {answer_timeout:g} s"
+                              + (f" (it sent {preview(buf)})" if buf else "")
+                              + ": not an AMQP 0-9-1 broker (an HTTP server, or another protocol's?)") from None
             if not chunk:
-                raise ConnectionError(f"{host}:{port} closed the connection without a Connection.Start "
-                                      f"(not an AMQP 0-9-1 broker?)")
+                raise NotAMQP(f"{where} closed the connection without a Connection.Start"
+                              + (f" (it sent {preview(buf)})" if buf else "") + ": not an AMQP 0-9-1 broker")
             buf += chunk
     if buf[0] != 1 or len(buf) < 13 or struct.unpack_from(">HH", buf, 7) != (10, 10):
-        raise ConnectionError(f"{host}:{port} did not answer with a Connection.Start (not an AMQP 0-9-1 broker?)")
+        what = "a TLS server (this client speaks amqp:// only)" if buf[:2] in (b"\x15\x03", b"\x16\x03") else \
+            "not an AMQP 0-9-1 broker"
+        raise NotAMQP(f"{where} answered {preview(buf)}, not a Connection.Start: {what}")
     return read_table(buf, 13)[0]      # after the header (7), class/method (4), version (2)
+
+
+def amqp_version(header):
+    """b"AMQP" + protocol id + major, minor, revision -> "AMQP 1.0.0" (and its id)."""
+    pid, major, minor, rev = header[4:8]
+    kind = {0: "", 2: " over TLS", 3: " (SASL)"}.get(pid, f" (protocol id {pid})")
+    return f"AMQP {major}.{minor}.{rev}{kind}" if major else f"AMQP 0-{minor}-{rev}{kind}"
+
+
+def preview(data, n=40):
+    """The first bytes something sent, to show: its first line, printable."""
+    line = data[:n].split(b"\r\n")[0].split(b"\n")[0]
+    text = "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in line)
+    return repr(text + ("..." if len(data) > len(line) else ""))
 
 
 def parse_uri(uri):
@@ -198,6 +239,15 @@ class Connection:
     def __init__(self, uri, timeout=30.0):
         host, port, user, password, vhost = parse_uri(uri)
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.stage = "start"        # the handshake's step (what failed, when it does)
+        try:
+            self._open(user, password, vhost)
+        except BaseException as exc:
+            exc.stage = self.stage  # "start", "login", "open" or "channel"
+            self.sock.close()
+            raise
+
+    def _open(self, user, password, vhost):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.replies = []            # method frames not handled yet, for wait()
@@ -207,20 +257,27 @@ class Connection:
         self.nacked = 0
         self.returned = 0            # mandatory publishes that could not be routed
         self.published = 0
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
+        self.sock.sendall(PROTOCOL_HEADER)
         self.wait(0, (10, 10))
+        # authentication_failure_close: a refused login is a connection.close
+        # 403, not a dropped socket (RabbitMQ drops it for clients without it)
         props = {"product": "lavinmq.spark", "capabilities": {"consumer_cancel_notify": True,
-                                                              "publisher_confirms": True}}
+                                                              "publisher_confirms": True,
+                                                              "authentication_failure_close": True}}
+        self.stage = "login"
         self.send(0, 10, 11, table(props) + shortstr("PLAIN") + longstr(f"\0{user}\0{password}")
                   + shortstr("en_US"))
         tune = self.wait(0, (10, 30))
         channel_max, frame_max, _ = struct.unpack_from(">HIH", tune)
         self.frame_max = min(frame_max or 131072, 131072)
         self.send(0, 10, 31, struct.pack(">HIH", channel_max, self.frame_max, 0))
+        self.stage = "open"
         self.send(0, 10, 40, shortstr(vhost) + shortstr("") + b"\x00")
         self.wait(0, (10, 41))
+        self.stage = "channel"
         self.send(1, 20, 10, shortstr(""))
         self.wait(1, (20, 11))
+        self.stage = "ready"
 
     # -- frames ------------------------------------------------------------------
 

@@ -16,10 +16,22 @@
    rows, rows/s, how far behind the stream's end), and a summary checks
    every count against what the generator published.
 
-Before it writes, it checks that the broker at --uri is this one (lavinmq
-for Python, from what the broker says of itself when a client connects):
-another broker listening on the same port gets nothing unless --any-broker
-is given.
+Before it writes or starts Spark, it checks that the broker at --uri is
+this one (lavinmq for Python, from what the broker says of itself when a
+client connects; another broker listening on the same port gets nothing
+unless --any-broker is given), that it takes the user and password, and
+that the vhost exists. Each way that fails is one line on stderr and an
+exit code of its own:
+
+    64  --uri is not an amqp:// URI
+    68  no such vhost (the last part of --uri)
+    69  no broker: nothing listens at --uri's host and port, the host is
+        unknown, or it does not answer
+    76  something else listens there: not an AMQP 0-9-1 broker (it did not
+        answer the protocol header with a Connection.Start within 2 s)
+    77  the broker refused the user name and password, or the user's access
+        to the vhost
+    78  another AMQP broker, not this one (--any-broker writes there anyway)
 """
 import argparse
 import collections
@@ -28,12 +40,14 @@ import json
 import os
 import random
 import shutil
+import socket
 import sys
 import threading
 import time
 import urllib.parse
 
-from lavinmq.spark.amqp import Connection, parse_uri, properties, publish_frames, server_properties
+from lavinmq.spark.amqp import (AMQPError, Connection, NotAMQP, parse_uri, properties, publish_frames,
+                                server_properties)
 
 STREAM, EXCHANGE, RESULTS = "clicks", "page-stats", "page-stats"
 END_PAGE = "__end__"          # one last event, late enough to close every window
@@ -42,8 +56,25 @@ END_PAGE = "__end__"          # one last event, late enough to close every windo
 THIS_BROKER = "lavinmq for Python"
 
 
+# the known failures' exit codes (the module's docstring lists them: --help)
+EXIT_USAGE = 64             # --uri is not amqp://
+EXIT_NO_VHOST = 68          # the vhost does not exist
+EXIT_NO_BROKER = 69         # nothing listens there, unknown host, no answer
+EXIT_NOT_AMQP = 76          # something that is not an AMQP 0-9-1 broker answers
+EXIT_LOGIN = 77             # user name and password refused, or the vhost refused to the user
+EXIT_OTHER_BROKER = 78      # another broker, without --any-broker
+
+
 class WrongBroker(Exception):
     """The broker at --uri is not this one."""
+
+
+class Failure(Exception):
+    """A known way the pipeline cannot start: one line on stderr, and its exit code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
 
 
 def log(msg):
@@ -70,6 +101,72 @@ def check_target(uri, any_broker=False):
             f"'{STREAM}', an exchange and a queue there and publish into them. Start this broker "
             f"(./dev run), point --uri at it, or pass --any-broker to write there anyway")
     return name
+
+
+def preflight(uri, any_broker=False):
+    """-> how the broker at uri names itself, once it is known that it is
+    this broker (or any_broker), that it takes the user and password and
+    has the vhost; Failure (a line and an exit code) for each way that
+    fails. Nothing is declared or published, and Spark is not started."""
+    try:
+        host, port, user, _, vhost = parse_uri(uri)
+    except ValueError as exc:
+        raise Failure(f"--uri {uri!r}: {exc}", EXIT_USAGE) from None
+    where, shown = f"{host}:{port}", shown_uri(uri)
+    try:
+        name = check_target(uri, any_broker)
+    except WrongBroker as exc:
+        raise Failure(str(exc), EXIT_OTHER_BROKER) from None
+    except NotAMQP as exc:
+        raise Failure(str(exc), EXIT_NOT_AMQP) from None
+    except ConnectionRefusedError:
+        raise Failure(f"no broker at {shown}: nothing listens on {where} (start one with ./dev run, or point "
+                      f"--uri at one)", EXIT_NO_BROKER) from None
+    except socket.gaierror as exc:
+        raise Failure(f"no broker at {shown}: the host {host!r} is unknown ({exc.strerror})", EXIT_NO_BROKER) from None
+    except (TimeoutError, socket.timeout):
+        raise Failure(f"no broker at {shown}: {where} did not take a connection in 5 s", EXIT_NO_BROKER) from None
+    except OSError as exc:
+        raise Failure(f"no broker at {shown}: {where}: {exc.strerror or exc}", EXIT_NO_BROKER) from None
+    try:
+        Connection(uri, timeout=10.0).close()
+    except AMQPError as exc:
+        stage = getattr(exc, "stage", None)
+        said = f"(the broker said: {exc.code} {exc.text})"
+        if exc.code == 403 or (stage == "login" and exc.code == 320):     # refused, or dropped after the login
+            raise Failure(f"login refused by {where} for user {user!r}: wrong user name or password {said}; "
+                          f"--uri amqp://USER:PASSWORD@{where}/VHOST", EXIT_LOGIN) from None
+        if stage == "open" and exc.code == 530 and "not found" in exc.text:
+            raise Failure(f"no vhost {vhost!r} on {where} {said}: create it (lavinmqctl add_vhost NAME) or name "
+                          f"another at the end of --uri (%2F is /)", EXIT_NO_VHOST) from None
+        if stage == "open" and exc.code == 530:
+            raise Failure(f"{where} refused vhost {vhost!r} to user {user!r} {said} (lavinmqctl set_permissions "
+                          f"-p VHOST USER '.*' '.*' '.*')", EXIT_LOGIN) from None
+        raise Failure(f"{where} closed the connection ({stage}): {exc}", EXIT_NO_BROKER) from None
+    except (OSError, TimeoutError) as exc:
+        raise Failure(f"{where} did not complete the AMQP handshake: {exc}", EXIT_NO_BROKER) from None
+    return name
+
+
+def start_text(bounds):
+    """Where Spark starts reading the stream, said in words: bounds is
+    (first offset, next offset) of what it holds, or None when it is empty
+    (then the source starts at 0, "from the first message there is", and
+    no offset is named: a stream's first message has offset 1, or more
+    after retention removed older ones)."""
+    if not bounds:
+        return f"stream '{STREAM}' is empty: Spark reads it from its first message"
+    first, following = bounds
+    return (f"stream '{STREAM}' holds offsets {first} to {following - 1} from earlier runs: Spark reads from "
+            f"offset {following}, this run's first event")
+
+
+def progress_text(published, events, spark_read):
+    """The progress line's counts. Spark reads one message more than the
+    events published: the end marker after them, which closes the last
+    windows (a count of 20001 for 20000 events is right)."""
+    return (f"published {published}/{events} events | Spark read {spark_read}/{events + 1} messages "
+            f"(the events and the end marker)")
 
 
 def setup_topology(uri):
@@ -205,14 +302,17 @@ def run(opts, spark=None):
     started = time.monotonic()
     own_session = spark is None
     cluster = None
-    name = check_target(opts.uri, opts.any_broker)
+    name = preflight(opts.uri, opts.any_broker)
     log(f"broker {shown_uri(opts.uri)}: {name}")
     if os.path.exists(opts.out):
         shutil.rmtree(opts.out)
     os.makedirs(opts.out)
     setup_topology(opts.uri)
-    from lavinmq.spark.offsets import StreamInfo
-    start = StreamInfo(opts.uri, STREAM).next_offset() or 0
+    from lavinmq.spark.offsets import MISSING, Streams
+    with Streams(opts.uri) as streams:
+        bounds = streams.bounds(STREAM)         # (first, next offset); None when empty
+    bounds = None if bounds is MISSING else bounds
+    start = bounds[1] if bounds else 0          # 0: from the first message there is
     if own_session:
         master, conf = opts.master, {}
         if opts.cluster:
@@ -220,13 +320,13 @@ def run(opts, spark=None):
             log("starting a Spark standalone cluster: a master and two workers (pyspark's own classes)")
             cluster = StandaloneCluster(workers=2, cores=1).start()
             master, conf = cluster.master_url, cluster.app_conf()
-        log(f"stream '{STREAM}' continues at offset {start}; starting Spark ({master})")
+        log(f"{start_text(bounds)}; starting Spark ({master})")
         spark = spark_session(master=master, conf=conf)
         if cluster is not None:
             from lavinmq.spark.cluster import wait_executors
             log(f"executors {', '.join(wait_executors(spark, 2))} registered")
     else:
-        log(f"stream '{STREAM}' continues at offset {start}; Spark: {spark.conf.get('spark.master', '?')}")
+        log(f"{start_text(bounds)}; Spark: {spark.conf.get('spark.master', '?')}")
     try:
         return _run(opts, spark, start, started)
     finally:
@@ -259,7 +359,7 @@ def _run(opts, spark, start, started):
                 expected_windows = len(gen.expected)
             if expected_windows is not None and received >= expected_windows:
                 windows_written = parquet_rows(spark, opts.out)
-            log(f"published {gen.published}/{opts.events} events | Spark read {input_rows(to_broker)} | "
+            log(f"{progress_text(gen.published, opts.events, input_rows(to_broker))} | "
                 f"aggregates: {received} in queue '{RESULTS}'"
                 + (f", {windows_written} in Parquet" if windows_written else "")
                 + (f" (of {expected_windows})" if expected_windows is not None else ""))
@@ -324,12 +424,9 @@ def main(argv=None):
     opts = parse_args(argv)
     try:
         return run(opts)
-    except ConnectionRefusedError:
-        print(f"no broker at {shown_uri(opts.uri)}: start one with ./dev run", file=sys.stderr)
-        return 69
-    except (WrongBroker, ConnectionError) as exc:
+    except Failure as exc:
         print(f"pipeline: {exc}", file=sys.stderr)
-        return 69
+        return exc.code
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ protocol). The protocol is picked as LavinMQ does:
    `mqtt` (case-insensitive) picks that protocol, and is echoed back;
 2. otherwise the path: /mqtt and /ws/mqtt are MQTT, anything else AMQP.
 
+A browser's upgrade (one with Origin) is taken only from the broker's own
+origin or an allowed one (lavinmq.websocket.origin).
+
 After the 101 answer the socket is handed to WebSocketProtocol in the same
 callback (no byte can reach aiohttp in between); aiohttp's request waits
 until the connection ends, then finishes without writing anything."""
@@ -16,7 +19,11 @@ import logging
 
 from aiohttp import web
 
+from lavinmq.listener import RateLimitedLog
+from lavinmq.websocket import origin
+
 log = logging.getLogger("lavinmq.websocket")
+_refused_log = RateLimitedLog(log)
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MQTT_PATHS = ("/mqtt", "/ws/mqtt")
@@ -75,9 +82,13 @@ async def upgrade(request):
             raise ValueError
     except ValueError:
         return web.Response(status=400, text="bad Sec-WebSocket-Key\n")
+    server = request.app["server"]
+    refused = origin.allowed(request, origin.parse_allowed(server.config.websocket_allowed_origins))
+    if refused is not None:
+        _refused_log("WebSocket from %s: %s", request.remote, refused)
+        return web.Response(status=403, text=refused + "\n")
     offered = [t.strip() for t in h.get("Sec-WebSocket-Protocol", "").split(",") if t.strip()]
     kind, token = pick_protocol(offered, request.path)
-    server = request.app["server"]
     if getattr(server, "draining", False):
         # a clean stop's grace period (lavinmq.drain): no new connections
         return web.Response(status=503, text="the broker is shutting down\n")

@@ -34,7 +34,7 @@ def test_connections_sessions_and_bindings_in_the_api(mqtt_broker):
     assert one["client_id"] == cid
     assert api(mqtt_broker, "GET", "/api/connections/" + urllib.parse.quote(info["name"], safe="") + "/channels") == []
     q = api(mqtt_broker, "GET", f"/api/queues/%2F/mqtt.{cid}")
-    assert (q["type"], q["durable"], q["consumers"], q["arguments"]) == ("mqtt", True, 1, {"x-queue-type": "mqtt"})
+    assert (q["type"], q["durable"], q["consumers"], q["arguments"]) == ("mqtt", True, 1, {"x-queue-type": "mqtt", "x-mqtt-owner": "guest"})
     assert q["consumer_details"][0]["consumer_tag"] == cid
     bindings = [(b["routing_key"], b["arguments"]) for b in api(mqtt_broker, "GET", f"/api/queues/%2F/mqtt.{cid}/bindings")
                 if b["source"] == "amq.topic"]

@@ -81,7 +81,7 @@ def test_another_broker_gets_nothing(other, tmp_path, capsys):
     out = tmp_path / "out"
     rc = example.main(["--uri", other.uri, "--out", str(out)])
     err = capsys.readouterr().err
-    assert rc == 69
+    assert rc == example.EXIT_OTHER_BROKER == 78
     assert err.startswith(f"pipeline: amqp://guest:***@127.0.0.1:{other.port}/%2F is RabbitMQ 3.10.8 "
                           f"(Licensed under the MPL 2.0. Website: https://rabbitmq.com), not lavinmq for Python")
     assert "--any-broker" in err and "secret" not in err
@@ -119,8 +119,9 @@ def test_not_amqp_at_all(tmp_path, capsys):
         t.start()
         rc = example.main(["--uri", f"amqp://guest:guest@127.0.0.1:{port}/%2F", "--out", str(tmp_path / "o")])
         t.join(10)
-    assert rc == 69
-    assert "did not answer with a Connection.Start (not an AMQP 0-9-1 broker?)" in capsys.readouterr().err
+    assert rc == example.EXIT_NOT_AMQP == 76
+    assert "answered 'HTTP/1.1 400 Bad Request...', not a Connection.Start: not an AMQP 0-9-1 broker" in \
+        capsys.readouterr().err
 
 
 def test_help_shows_the_defaults(capsys):

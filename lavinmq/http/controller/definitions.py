@@ -2,13 +2,12 @@
 LavinMQ's upload routes take the file of a form (multipart/form-data) or
 JSON."""
 import asyncio
-import json
 import urllib.parse
 
 from aiohttp import web
 
 from lavinmq.http import shapes, sliced
-from lavinmq.http.helpers import ADMIN, HTTPError, NO_CONTENT, body_json, require, vhost_of
+from lavinmq.http.helpers import ADMIN, HTTPError, NO_CONTENT, body_json, parse_json, require, vhost_of
 
 MAX_UPLOAD = 64 * 1024 * 1024       # as the app's client_max_size for JSON bodies
 
@@ -61,10 +60,7 @@ async def _uploaded_file(request):
         raise HTTPError(400, f"malformed multipart/form-data body: {str(exc)[:200]}")
     if data is None:
         raise HTTPError(400, "no file part in the form")
-    try:
-        body = json.loads(data)
-    except ValueError as exc:
-        raise HTTPError(400, f"Malformed JSON: {exc}")
+    body = parse_json(data)
     if not isinstance(body, dict):
         raise HTTPError(400, "Malformed JSON: expected an object")
     return body

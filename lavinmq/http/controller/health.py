@@ -15,7 +15,7 @@ async def health_alarms(request):
     server = request.app["server"]
     if server.disk_alarm:
         return web.json_response({"status": "failed", "reason": "resource alarm(s) in effect",
-                                  "alarms": [{"resource": "disk", "node": shapes.NODE}]}, status=503)
+                                  "alarms": [{"resource": "disk", "node": shapes.node_name()}]}, status=503)
     return web.json_response({"status": "ok"})
 
 
@@ -43,7 +43,7 @@ async def health_protocol(request):
 
 async def health_node(request):
     require(request, MONITORING)
-    if request.match_info["node"] != shapes.NODE:
+    if request.match_info["node"] != shapes.node_name():
         raise not_found()
     return web.json_response({"status": "ok"})
 

@@ -47,7 +47,7 @@ async def overview(request):
     return web.json_response(history.augment(request, {
         "management_version": lavinmq.__version__, "product_name": "LavinMQ",
         "product_version": lavinmq.__version__, "lavinmq_version": lavinmq.__version__,
-        "rabbitmq_version": "3.10.8", "node": shapes.NODE, "cluster_name": shapes.NODE,
+        "rabbitmq_version": "3.10.8", "node": shapes.node_name(), "cluster_name": shapes.node_name(),
         "uptime": shapes.uptime_ms(server.started), "rates_mode": "basic",
         "exchange_types": [{"name": t, "description": text, "enabled": True}
                            for t, text in DECLARABLE_TYPES.items()],
@@ -56,6 +56,8 @@ async def overview(request):
                           "exchanges": sum(len(v.exchanges) for v in vhosts),
                           "bindings": sum(v.binding_count() for v in vhosts)},
         **compat.overview_extra(server, queues, chans, vhosts, _rates(server, vhosts)),
+        # a cluster's leader says so (a follower's control socket answers "follower")
+        **({"role": "leader"} if getattr(server, "cluster", None) is not None else {}),
     }, "overall", lengths=history.OVERVIEW_LENGTHS, msg_rates=history.QUEUE_RATES))
 
 
@@ -72,7 +74,7 @@ async def aliveness(request):
 
 async def cluster_name(request):
     require(request, MANAGEMENT)
-    return web.json_response({"name": shapes.NODE})
+    return web.json_response({"name": shapes.node_name()})
 
 
 async def extensions(request):

@@ -22,6 +22,12 @@ async def publish(request):
         raise HTTPError(403, f"write access to exchange '{ex.name}' refused for user '{user.name}'")
     if ex.internal:
         raise HTTPError(403, f"cannot publish to internal exchange '{ex.name}' in vhost '{vhost.name}'")
+    server = request.app["server"]
+    if server.alarm_reason is not None:
+        # a resource alarm holds every publisher (AMQP and MQTT are not read):
+        # this one is told to come back later (RabbitMQ and LavinMQ let it in)
+        raise HTTPError(503, f"resource alarm in effect ({server.alarm_reason}): publishing is blocked "
+                             f"until it clears", "service_unavailable")
     body = await body_json(request)
     rk = typed(body, "routing_key", str)
     text = typed(body, "payload", str)

@@ -16,7 +16,7 @@ from lavinmq.process import collect_garbage, gc_stats, open_fds, resident_memory
 
 async def node(request):
     require(request, MONITORING)
-    if request.match_info["name"] != shapes.NODE:
+    if request.match_info["name"] != shapes.node_name():
         raise not_found()
     return web.json_response((await _node_list(request))[0])
 
@@ -31,7 +31,7 @@ async def _node_list(request):
     st = os.statvfs(server.data_dir)
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return [{
-        "name": shapes.NODE, "type": "disc", "running": True, "os_pid": str(os.getpid()),
+        "name": shapes.node_name(), "type": "disc", "running": True, "os_pid": str(os.getpid()),
         "uptime": shapes.uptime_ms(server.started), "processors": os.cpu_count(),
         "mem_used": resident_memory(), "mem_alarm": server.memory_alarm, "fd_used": open_fds(),
         "fd_total": soft, "disk_free": st.f_bavail * st.f_frsize,
@@ -49,7 +49,7 @@ async def node_gc_stats(request):
 
 async def node_gc_collect(request):
     require(request, ADMIN)
-    if request.match_info.get("name", shapes.NODE) != shapes.NODE:
+    if request.match_info.get("name", shapes.node_name()) != shapes.node_name():
         raise not_found()
     collect_garbage()
     return web.Response(status=NO_CONTENT)

@@ -2,6 +2,7 @@
 AMQP's checks and durability; purge, pause, resume and restart."""
 from aiohttp import web
 
+from lavinmq.arguments import check_client_queue
 from lavinmq.http import history, paging, shapes
 from lavinmq.http.helpers import (MANAGEMENT, HTTPError, NO_CONTENT, body_json, check_user, created, listing, methods,
                                   not_exclusive, queue_of, require, typed, vhost_of, visible_vhosts)
@@ -28,8 +29,10 @@ async def put_queue(request):
     name = request.match_info["queue"]
     check_user(request, "configure", vhost, name)
     existed = name in vhost.queues
+    arguments = typed(body, "arguments", dict, {})
+    check_client_queue(arguments)
     vhost.declare_queue(name, typed(body, "durable", bool, True), None, typed(body, "auto_delete", bool, False),
-                        typed(body, "arguments", dict, {}))
+                        arguments)
     return created(existed)
 
 

@@ -2,7 +2,8 @@
 // cluster's leader shows itself and its followers, whether each is in the
 // in-sync replica set (ISR: the nodes that may take over without losing a
 // confirmed message) and how many bytes of replication it has not
-// acknowledged yet. Then this node's resources (memory and its alarm, file
+// acknowledged yet. Every node has one name (lavinmq@<host>), in the table
+// and in the ISR line alike; its id is the name's tooltip. Then this node's resources (memory and its alarm, file
 // descriptors, disk and its alarm), version, and for administrators the
 // garbage collector's figures and a collection.
 import { h, clear, card, stat, props, fmtBytes, fmtDuration, fmtNumber, badge, toast } from '../dom.js'
@@ -25,7 +26,7 @@ export async function render ({ main }) {
       ? `A cluster of ${nodes.length} nodes; ${nodes.filter(n => n.in_isr).length} in sync (ISR: ${(leader.isr || []).join(', ')}).`
       : 'A single node (no clustering).'
     clear(tbody, nodes.map(n => h('tr', { class: 'node', dataset: { role: n.role || 'single' } },
-      h('td', { class: 'name' }, n.name),
+      h('td', { class: 'name', title: n.cluster_node_id ? `node id ${n.cluster_node_id}` : null }, n.name),
       cell(n.role ? badge(n.role, n.role === 'leader' ? 'ok' : null) : 'single'),
       cell(n.uri),
       cell(n.role ? (n.in_isr ? badge('in sync', 'ok') : badge('out of sync', 'warn')) : null),
