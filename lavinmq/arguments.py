@@ -27,9 +27,16 @@ AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "D": 86400, "M": 30 * 86400, "Y"
 # "99999999999999999999Y" answered 541 (an overflow) and, as a policy, broke
 # every policy of the streams it matched. 10,000 years is past any use.
 MAX_AGE_SECONDS = 10_000 * 365 * 86400
+# RabbitMQ's bound on x-message-ttl, x-expires and a message's expiration:
+# 10 years in ms (3.10 takes 315,360,000,000 and refuses one more). Celery's
+# native delayed delivery declares x-message-ttl up to 2^27 s (134,217,728,000
+# ms). The core keeps TTLs and expiry times in 64 bits.
+MAX_EXPIRY_MS = 315_360_000_000
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")     # lavinmq/queue/quorum.py
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-# quorum: LavinMQ has none; its queues do what RabbitMQ lets quorum queues do
-QUEUE_TYPES = ("classic", "quorum", "stream", "mqtt")   # mqtt: an MQTT session (lavinmq/mqtt)
+# the kinds of queue (lavinmq/queue/kinds.py); quorum: lavinmq/queue/quorum.py,
+# mqtt: an MQTT session (lavinmq/mqtt)
+QUEUE_TYPES = ("classic", "quorum", "stream", "mqtt")
 X_MATCH = ("all", "any", "all-with-x", "any-with-x")
 
 
@@ -82,13 +89,14 @@ def _table(*args):
 
 
 QUEUE_ARGS = _table(
-    Arg("x-message-ttl", "int", 0, INT32_MAX, policy="message-ttl"),
-    Arg("x-expires", "int", 1, INT32_MAX, policy="expires"),
+    Arg("x-message-ttl", "int", 0, MAX_EXPIRY_MS, policy="message-ttl"),
+    Arg("x-expires", "int", 1, MAX_EXPIRY_MS, policy="expires"),
     Arg("x-max-length", "int", 0, INT64_MAX, policy="max-length"),
     Arg("x-max-length-bytes", "int", 0, INT64_MAX, policy="max-length-bytes"),
     Arg("x-overflow", "str", choices=OVERFLOW_MODES, policy="overflow"),
     Arg("x-dead-letter-exchange", "str", policy="dead-letter-exchange"),
     Arg("x-dead-letter-routing-key", "str", policy="dead-letter-routing-key"),
+    Arg("x-dead-letter-strategy", "str", choices=DEAD_LETTER_STRATEGIES, policy="dead-letter-strategy"),
     Arg("x-max-priority", "int", 0, 255),
     Arg("x-queue-type", "str", choices=QUEUE_TYPES),
     Arg("x-delivery-limit", "int", 0, INT64_MAX, policy="delivery-limit"),
@@ -166,8 +174,14 @@ def _validate(table, arguments, class_id, method_id):
                 _fail(str(exc), class_id, method_id)
 
 
-def validate_queue(arguments, class_id=50, method_id=10):
-    _validate(QUEUE_ARGS, arguments, class_id, method_id)
+# a quorum queue's x-delivery-limit may be negative: no limit (RabbitMQ 4)
+QUORUM_QUEUE_ARGS = dict(QUEUE_ARGS, **_table(Arg("x-delivery-limit", "int", INT64_MIN, INT64_MAX,
+                                                   policy="delivery-limit")))
+
+
+def validate_queue(arguments, class_id=50, method_id=10, kind="classic"):
+    """kind: the queue's type (lavinmq.queue.kinds.queue_type)."""
+    _validate(QUORUM_QUEUE_ARGS if kind == "quorum" else QUEUE_ARGS, arguments, class_id, method_id)
     if arguments and arguments.get("x-dead-letter-routing-key") is not None \
             and arguments.get("x-dead-letter-exchange") is None:
         _fail("x-dead-letter-exchange required if x-dead-letter-routing-key is defined",

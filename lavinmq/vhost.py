@@ -16,10 +16,10 @@ from lavinmq import arguments as argspec
 from lavinmq.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from lavinmq.exchange import DefaultExchange, exchange_class, freeze, persistent
 from lavinmq.policy import PolicyStore
-from lavinmq.queue import Queue, queue_class
+from lavinmq.queue import Queue, kinds, queue_class
 from lavinmq.queue.classic import DEFAULT_MAX_DEDUP_CACHE_SIZE, check_dedup_size, log_name, make_deduper
 from lavinmq.sync import fsync_dir
-from lavinmq.queue import stream
+from lavinmq.queue import quorum, stream
 
 log = logging.getLogger("lavinmq.vhost")
 
@@ -213,6 +213,8 @@ class VHost:
             self.check_exclusive(q, connection, 50, 10)
             q.touch()
             return q
+        if (name == "" or server_named) and persist:
+            quorum.check_server_named(arguments)
         if name == "":
             name = self.new_queue_name()
         elif name.startswith("amq.") and persist and not server_named:
@@ -230,17 +232,19 @@ class VHost:
             q.touch()
             return q
         check_name("queue", name, 50, 10)
+        kind = kinds.queue_type(arguments)
         if persist:     # replay takes back what an older version accepted
-            argspec.validate_queue(arguments)
+            argspec.validate_queue(arguments, kind=kind)
             check_dedup_size(arguments, self.max_dedup_cache_size, 50, 10)
         limit = self.limits.get("max-queues")
         if limit is not None and len(self.queues) >= limit:
             raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
                                      f"'{self.name}' ({limit}) is reached", 50, 10)
         transient = not durable or exclusive_owner is not None
-        is_stream = stream.is_stream(arguments)
-        if is_stream:
+        if kind == "stream":
             stream.check_declare(durable, exclusive_owner is not None, auto_delete, arguments)
+        elif kind == "quorum" and persist:
+            quorum.check_declare(name, self.name, durable, exclusive_owner is not None, auto_delete, arguments)
         if durable and not transient and persist:
             # on disk before it is live: a declare-ok never outruns its definition
             self.definitions.append(defs.QUEUE_DECLARE, (0, name, False, True, False, auto_delete, False,

@@ -13,6 +13,7 @@ from lavinmq.errors import (
 )
 from lavinmq.arguments import check_client_queue, validate_consumer
 from lavinmq.exchange import DefaultExchange
+from lavinmq.queue.kinds import queue_type
 
 log = logging.getLogger("lavinmq.channel")
 
@@ -228,6 +229,10 @@ class AMQPChannel(CoreChannel):
         limit = self.connection.config.max_consumers_per_channel
         if limit and len(self.consumers) >= limit:
             raise ChannelResourceError(f"Max {limit} consumers per channel reached", 60, 20)
+        if self.prefetch_global and queue_type(q.arguments) == "quorum":
+            # RabbitMQ's refusal, a connection error: Celery turns global QoS off for these
+            raise NotImplemented_(f"queue '{queue}' in vhost '{self.vhost.name}' does not support global qos",
+                                  60, 20)
         if self.connection.draining and not getattr(q, "direct_reply", False):
             # the broker is stopping: answered, and cancelled at once, as at the drain's start
             if not nowait:

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from lavinmq.http import name_filter, sliced, stats
 from lavinmq.http.helpers import HTTPError, linear_regex, pick
+from lavinmq.queue.kinds import queue_type
 
 
 def _rate(field):
@@ -21,7 +22,7 @@ def _messages(q):
 
 
 QUEUE_SORT = {
-    "name": lambda q: q.name, "vhost": lambda q: q.vhost.name,
+    "name": lambda q: q.name, "vhost": lambda q: q.vhost.name, "type": lambda q: queue_type(q.arguments),
     "messages": _messages, "messages_ready": lambda q: q.message_count,
     "messages_unacknowledged": lambda q: q.unacked_count, "consumers": lambda q: len(q.consumers),
     "durable": lambda q: q.durable, "auto_delete": lambda q: q.auto_delete, "exclusive": lambda q: q.exclusive,

@@ -11,6 +11,7 @@ import orjson
 
 from lavinmq._core.codec import Timestamp
 from lavinmq._core.stream import StreamConsumer, StreamQueue as CoreStreamQueue
+from lavinmq.queue.kinds import queue_type
 from lavinmq.queue.stream_geo import GEO_KEYS, parse_geo
 from lavinmq._core.stream_store import StreamStore
 from lavinmq.arguments import MAX_AGE_SECONDS, check_equivalent
@@ -32,10 +33,7 @@ OFFSET_RANGE = (-(2 ** 63), 2 ** 64 - 1)    # what the store's offsets are
 
 
 def is_stream(arguments):
-    t = (arguments or {}).get("x-queue-type")
-    if isinstance(t, bytes):
-        t = t.decode("utf-8", "replace")
-    return t == "stream"
+    return queue_type(arguments) == "stream"
 
 
 def parse_interval(value):

@@ -96,7 +96,8 @@ def queue(draw, exchanges):
         args["x-dead-letter-exchange"] = draw(st.sampled_from(exchanges))
         if draw(st.booleans()):
             args["x-dead-letter-routing-key"] = draw(names)
-    return {"durable": True, "auto_delete": draw(st.booleans()), "arguments": args}
+    # a quorum queue cannot be auto-delete (RabbitMQ's rule, lavinmq/queue/quorum.py)
+    return {"durable": True, "auto_delete": kind != "quorum" and draw(st.booleans()), "arguments": args}
 
 
 POLICY_KEYS = {"max-length": st.integers(0, 10 ** 6), "message-ttl": st.integers(0, 10 ** 7),

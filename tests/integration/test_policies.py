@@ -188,7 +188,7 @@ def test_apply_to_by_queue_type(api, apply_to, classic, quorum, stream):
         assert shape["operator_policy"] == (op if wanted else None), (apply_to, q)
         if not q.endswith("stream"):
             assert wait_for(lambda: count(ch, q), 5 if wanted else 20) == (5 if wanted else 20), (apply_to, q)
-    assert call(api, "GET", f"/api/queues/%2F/{prefix}.quorum")[1]["type"] == "classic"
+    assert call(api, "GET", f"/api/queues/%2F/{prefix}.quorum")[1]["type"] == "quorum"
     assert call(api, "DELETE", f"/api/policies/%2F/{name}")[0] == 204
     assert call(api, "DELETE", f"/api/operator-policies/%2F/{op}")[0] == 204
     for q in queues:

@@ -148,7 +148,8 @@ def test_queue_deleted_and_declared_again_keeps_confirmed_messages(fresh_broker,
 
 
 @pytest.mark.parametrize("how", ["graceful", "sigkill"])
-@pytest.mark.parametrize("args", [{}, {"x-max-priority": 5}], ids=["classic", "priority"])
+@pytest.mark.parametrize("args", [{}, {"x-max-priority": 5}, {"x-queue-type": "quorum"}],
+                         ids=["classic", "priority", "quorum"])
 def test_redelivered_and_delivery_count_survive_a_restart(fresh_broker, how, args):
     """RabbitMQ keeps both; a poison message's delivery limit must not start
     again at 0 after each restart (LavinMQ #1911)."""

@@ -144,7 +144,7 @@ def test_queue_lifecycle_from_the_ui(ui, ui_broker):
     row.wait_for()
     ui.page.wait_for_function("n => [...document.querySelectorAll('#queues-table tbody tr')].length === 1", arg=name)
     cells = row.locator("td").all_inner_texts()
-    assert cells[1] == name and "1" in cells[5:8], cells      # Ready and Total show the message
+    assert cells[1] == name and cells[2] == "classic" and "1" in cells[6:9], cells  # Ready and Total show it
 
     row.locator("a").click()
     ui.page.wait_for_selector("#queue-stats .stat")

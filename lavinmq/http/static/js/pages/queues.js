@@ -10,6 +10,7 @@ export async function render ({ main, vhost }) {
   const columns = [
     ...(vhost ? [] : [{ label: 'Vhost', key: 'vhost', render: q => q.vhost }]),
     { label: 'Name', key: 'name', cls: 'name', render: q => nameLink(queueHref(q.vhost, q.name, q.type), q.name) },
+    { label: 'Type', key: 'type', render: q => q.type },
     { label: 'Features', render: features },
     { label: 'Policy', render: q => q.policy || '' },
     { label: 'State', key: 'state', render: q => stateBadge(q.state) },
